@@ -1,0 +1,1 @@
+//! The Borges broker. See docs/ARCHITECTURE.md.

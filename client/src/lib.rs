@@ -1,0 +1,1 @@
+//! The Borges client SDK.

@@ -1,0 +1,108 @@
+//! API keys, supported versions, and the generated flatbuffers messages.
+//!
+//! One table maps each API key to its name, its request and response root tables, and the range
+//! of versions this build speaks. A request's root table is named `<Name>Request`, its response
+//! `<Name>Response`, both in [`wire`].
+
+/// The generated flatbuffers types (namespace `borges.wire`), produced from `protocol/schema/`
+/// by `cargo xtask codegen`. Do not edit by hand.
+pub use crate::generated::borges::wire;
+
+macro_rules! api_keys {
+    ($( $(#[$doc:meta])* $name:ident = $key:literal, versions = $min:literal ..= $max:literal; )*) => {
+        /// Every API of the protocol.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum ApiKey {
+            $( $(#[$doc])* $name = $key, )*
+        }
+
+        impl ApiKey {
+            /// Every API, in key order.
+            pub const ALL: &'static [ApiKey] = &[ $( ApiKey::$name, )* ];
+
+            /// Decodes a wire key; `None` for keys this build does not know.
+            pub fn from_u16(key: u16) -> Option<ApiKey> {
+                match key {
+                    $( $key => Some(ApiKey::$name), )*
+                    _ => None,
+                }
+            }
+
+            /// The API's name.
+            pub fn name(self) -> &'static str {
+                match self { $( ApiKey::$name => stringify!($name), )* }
+            }
+
+            /// Oldest version this build speaks.
+            pub fn min_version(self) -> u16 {
+                match self { $( ApiKey::$name => $min, )* }
+            }
+
+            /// Newest version this build speaks.
+            pub fn max_version(self) -> u16 {
+                match self { $( ApiKey::$name => $max, )* }
+            }
+        }
+    };
+}
+
+api_keys! {
+    /// Versions of every API the broker speaks.
+    ApiVersions = 0, versions = 0..=0;
+    /// Brokers, topics, partitions, leaders and owning cores.
+    Metadata = 1, versions = 0..=0;
+    /// Create topics.
+    CreateTopics = 2, versions = 0..=0;
+    /// Delete topics.
+    DeleteTopics = 3, versions = 0..=0;
+    /// Read topic or broker configs.
+    DescribeConfigs = 4, versions = 0..=0;
+    /// Change topic configs incrementally.
+    AlterConfigs = 5, versions = 0..=0;
+    /// Append record batches.
+    Produce = 6, versions = 0..=0;
+    /// Read record batches (consumers and followers).
+    Fetch = 7, versions = 0..=0;
+    /// Offsets by time: earliest, latest, max timestamp, or by timestamp.
+    ListOffsets = 8, versions = 0..=0;
+    /// Find the broker and core that coordinate a group.
+    FindCoordinator = 9, versions = 0..=0;
+    /// Join, heartbeat and leave a consumer group (server-side assignment).
+    ConsumerGroupHeartbeat = 10, versions = 0..=0;
+    /// Commit offsets for a group.
+    OffsetCommit = 11, versions = 0..=0;
+    /// Read a group's committed offsets.
+    OffsetFetch = 12, versions = 0..=0;
+    /// List groups.
+    ListGroups = 13, versions = 0..=0;
+    /// Describe groups and their members.
+    DescribeGroups = 14, versions = 0..=0;
+    /// Delete groups without active members.
+    DeleteGroups = 15, versions = 0..=0;
+    /// Replication: where a leader epoch ends (reserved; answered with UnsupportedApi until
+    /// replication exists).
+    OffsetForLeaderEpoch = 16, versions = 0..=0;
+    /// Grow a topic's partition count.
+    CreatePartitions = 17, versions = 0..=0;
+}
+
+impl std::fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({})", self.name(), *self as u16)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        for &k in ApiKey::ALL {
+            assert_eq!(ApiKey::from_u16(k as u16), Some(k));
+            assert!(k.min_version() <= k.max_version());
+        }
+        assert_eq!(ApiKey::from_u16(999), None);
+    }
+}

@@ -1,0 +1,1036 @@
+//! Kafka RecordBatch v2, byte for byte.
+//!
+//! ```text
+//! offset size field                    (big-endian, as Kafka)
+//!  0     8    base_offset              assigned by the broker; outside the CRC
+//!  8     4    batch_length             bytes after this field
+//! 12     4    partition_leader_epoch   assigned by the broker; outside the CRC
+//! 16     1    magic                    2
+//! 17     4    crc                      CRC-32C of bytes 21..end
+//! 21     2    attributes               bits 0-2 compression, 3 timestamp type,
+//!                                      4 transactional, 5 control, 6 delete horizon
+//! 23     4    last_offset_delta
+//! 27     8    base_timestamp
+//! 35     8    max_timestamp
+//! 43     8    producer_id
+//! 51     2    producer_epoch
+//! 53     4    base_sequence
+//! 57     4    records_count
+//! 61     ..   records (compressed as one block when the codec is not none)
+//! ```
+//!
+//! Each record: `length varint, attributes i8, timestamp_delta varlong, offset_delta varint,
+//! key_length varint (-1 = null), key, value_length varint (-1 = null), value,
+//! headers_count varint, then per header key_length varint, key, value_length varint, value`.
+//!
+//! Validation ([`validate`], [`RecordBatch::parse`]) reads the header and checks lengths, magic,
+//! counts and the CRC in place: no copy, no allocation, no panic on any input.
+
+use std::io::Read;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use thiserror::Error;
+
+use crate::error::ErrorCode;
+use crate::varint::{
+    get_varint, get_varlong, put_varint, put_varlong, varint_size, varlong_size, VarintError,
+};
+
+/// Bytes before `batch_length`'s coverage starts: base_offset (8) + batch_length (4).
+pub const LOG_OVERHEAD_BYTES: usize = 12;
+/// Size of the v2 batch header, records excluded.
+pub const BATCH_HEADER_SIZE_BYTES: usize = 61;
+/// Smallest valid `batch_length` (a header with no records).
+pub const BATCH_LENGTH_MIN: i32 = (BATCH_HEADER_SIZE_BYTES - LOG_OVERHEAD_BYTES) as i32;
+/// The only supported magic value.
+pub const MAGIC_V2: i8 = 2;
+/// Default limit on the decompressed size of one batch's records.
+pub const DECOMPRESSED_SIZE_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
+/// Producer id meaning "no idempotent producer".
+pub const NO_PRODUCER_ID: i64 = -1;
+/// Producer epoch meaning "no idempotent producer".
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+/// Sequence meaning "no idempotent producer".
+pub const NO_SEQUENCE: i32 = -1;
+/// Leader epoch meaning "not assigned yet".
+pub const NO_PARTITION_LEADER_EPOCH: i32 = -1;
+
+/// Byte positions of the header fields.
+pub mod field {
+    /// base_offset, i64.
+    pub const BASE_OFFSET: usize = 0;
+    /// batch_length, i32.
+    pub const BATCH_LENGTH: usize = 8;
+    /// partition_leader_epoch, i32.
+    pub const PARTITION_LEADER_EPOCH: usize = 12;
+    /// magic, i8.
+    pub const MAGIC: usize = 16;
+    /// crc, u32.
+    pub const CRC: usize = 17;
+    /// attributes, i16; the CRC covers from here to the end.
+    pub const ATTRIBUTES: usize = 21;
+    /// last_offset_delta, i32.
+    pub const LAST_OFFSET_DELTA: usize = 23;
+    /// base_timestamp, i64.
+    pub const BASE_TIMESTAMP: usize = 27;
+    /// max_timestamp, i64.
+    pub const MAX_TIMESTAMP: usize = 35;
+    /// producer_id, i64.
+    pub const PRODUCER_ID: usize = 43;
+    /// producer_epoch, i16.
+    pub const PRODUCER_EPOCH: usize = 51;
+    /// base_sequence, i32.
+    pub const BASE_SEQUENCE: usize = 53;
+    /// records_count, i32.
+    pub const RECORDS_COUNT: usize = 57;
+    /// First record.
+    pub const RECORDS: usize = 61;
+}
+
+const ATTR_COMPRESSION_MASK: i16 = 0x07;
+const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+const ATTR_DELETE_HORIZON: i16 = 0x40;
+
+/// Compression codec of a batch (attribute bits 0-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Compression {
+    /// Uncompressed records.
+    #[default]
+    None = 0,
+    /// gzip (recognised, not supported by Borges).
+    Gzip = 1,
+    /// snappy (recognised, not supported by Borges).
+    Snappy = 2,
+    /// lz4 (recognised, not supported by Borges).
+    Lz4 = 3,
+    /// zstd, the supported codec.
+    Zstd = 4,
+}
+
+impl Compression {
+    fn from_bits(bits: u8) -> Result<Compression, BatchError> {
+        match bits {
+            0 => Ok(Compression::None),
+            1 => Ok(Compression::Gzip),
+            2 => Ok(Compression::Snappy),
+            3 => Ok(Compression::Lz4),
+            4 => Ok(Compression::Zstd),
+            other => Err(BatchError::UnknownCompression(other)),
+        }
+    }
+
+    /// Whether Borges can decompress this codec.
+    pub fn is_supported(self) -> bool {
+        matches!(self, Compression::None | Compression::Zstd)
+    }
+}
+
+/// Timestamp type of a batch (attribute bit 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TimestampType {
+    /// Set by the producer.
+    #[default]
+    CreateTime,
+    /// Set by the broker on append.
+    LogAppendTime,
+}
+
+/// What is wrong with a record batch. Every variant says exactly which check failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// Fewer bytes than the structure needs.
+    #[error("truncated record batch: need {needed} bytes, have {available}")]
+    Truncated {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+    },
+    /// `batch_length` is below the header size or would overflow.
+    #[error("invalid batch_length {batch_length} (minimum {BATCH_LENGTH_MIN})")]
+    InvalidLength {
+        /// The declared batch_length.
+        batch_length: i32,
+    },
+    /// Magic other than 2.
+    #[error("unsupported record batch magic {0} (only magic 2 is supported)")]
+    UnsupportedMagic(i8),
+    /// CRC-32C over attributes..end does not match.
+    #[error("record batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch {
+        /// CRC stored in the header.
+        stored: u32,
+        /// CRC computed over bytes 21..end.
+        computed: u32,
+    },
+    /// Compression bits 5, 6 or 7.
+    #[error("unknown compression codec bits {0}")]
+    UnknownCompression(u8),
+    /// A recognised codec Borges does not support (gzip, snappy, lz4).
+    #[error("unsupported compression codec {0:?} (Borges supports none and zstd)")]
+    UnsupportedCompression(Compression),
+    /// records_count is negative or does not match last_offset_delta.
+    #[error("invalid record count {records_count} with last_offset_delta {last_offset_delta}")]
+    InvalidRecordCount {
+        /// The header's records_count.
+        records_count: i32,
+        /// The header's last_offset_delta.
+        last_offset_delta: i32,
+    },
+    /// The batch is larger than the limit that applies (`max.message.bytes`).
+    #[error("record batch of {size_bytes} bytes exceeds the limit of {size_bytes_max} bytes")]
+    TooLarge {
+        /// Size of the batch.
+        size_bytes: u64,
+        /// The limit.
+        size_bytes_max: u64,
+    },
+    /// Decompressed records exceed the configured limit (decompression bomb guard).
+    #[error("decompressed records exceed {size_bytes_max} bytes")]
+    DecompressedTooLarge {
+        /// The limit.
+        size_bytes_max: u64,
+    },
+    /// The compressed block could not be decompressed.
+    #[error("decompression failed: {0}")]
+    Decompression(String),
+    /// A record inside the batch is malformed.
+    #[error("invalid record {index}: {reason}")]
+    InvalidRecord {
+        /// Zero-based index of the record in the batch.
+        index: u32,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The records section does not end where the batch ends.
+    #[error("records section has {0} trailing bytes")]
+    TrailingBytes(u64),
+}
+
+impl BatchError {
+    /// The wire error code a broker answers this failure with.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            BatchError::CrcMismatch { .. } => ErrorCode::CorruptRecordBatch,
+            BatchError::UnsupportedCompression(_) | BatchError::UnknownCompression(_) => {
+                ErrorCode::UnsupportedCompression
+            }
+            BatchError::TooLarge { .. } => ErrorCode::RecordBatchTooLarge,
+            _ => ErrorCode::InvalidRecordBatch,
+        }
+    }
+}
+
+fn be_i16(src: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([src[at], src[at + 1]])
+}
+fn be_i32(src: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]])
+}
+fn be_i64(src: &[u8], at: usize) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&src[at..at + 8]);
+    i64::from_be_bytes(b)
+}
+
+/// The parsed fixed header of a batch. Plain data, `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Offset of the first record.
+    pub base_offset: i64,
+    /// Bytes after the batch_length field.
+    pub batch_length: i32,
+    /// Leader epoch stamped by the broker.
+    pub partition_leader_epoch: i32,
+    /// Always 2 after parsing.
+    pub magic: i8,
+    /// Stored CRC-32C.
+    pub crc: u32,
+    /// Raw attributes.
+    pub attributes: i16,
+    /// Offset of the last record minus base_offset.
+    pub last_offset_delta: i32,
+    /// Timestamp of the first record.
+    pub base_timestamp: i64,
+    /// Largest timestamp in the batch.
+    pub max_timestamp: i64,
+    /// Idempotent producer id, or -1.
+    pub producer_id: i64,
+    /// Idempotent producer epoch, or -1.
+    pub producer_epoch: i16,
+    /// Sequence of the first record, or -1.
+    pub base_sequence: i32,
+    /// Number of records.
+    pub records_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the fixed header at the start of `src` and checks what the header alone can tell:
+    /// length, magic, compression bits, record count. Does not check the CRC.
+    pub fn parse(src: &[u8]) -> Result<BatchHeader, BatchError> {
+        if src.len() < BATCH_HEADER_SIZE_BYTES {
+            return Err(BatchError::Truncated {
+                needed: BATCH_HEADER_SIZE_BYTES as u64,
+                available: src.len() as u64,
+            });
+        }
+        let header = BatchHeader {
+            base_offset: be_i64(src, field::BASE_OFFSET),
+            batch_length: be_i32(src, field::BATCH_LENGTH),
+            partition_leader_epoch: be_i32(src, field::PARTITION_LEADER_EPOCH),
+            magic: src[field::MAGIC] as i8,
+            crc: be_i32(src, field::CRC) as u32,
+            attributes: be_i16(src, field::ATTRIBUTES),
+            last_offset_delta: be_i32(src, field::LAST_OFFSET_DELTA),
+            base_timestamp: be_i64(src, field::BASE_TIMESTAMP),
+            max_timestamp: be_i64(src, field::MAX_TIMESTAMP),
+            producer_id: be_i64(src, field::PRODUCER_ID),
+            producer_epoch: be_i16(src, field::PRODUCER_EPOCH),
+            base_sequence: be_i32(src, field::BASE_SEQUENCE),
+            records_count: be_i32(src, field::RECORDS_COUNT),
+        };
+        if header.batch_length < BATCH_LENGTH_MIN {
+            return Err(BatchError::InvalidLength {
+                batch_length: header.batch_length,
+            });
+        }
+        if header.magic != MAGIC_V2 {
+            return Err(BatchError::UnsupportedMagic(header.magic));
+        }
+        Compression::from_bits((header.attributes & ATTR_COMPRESSION_MASK) as u8)?;
+        if header.records_count < 0
+            || header.last_offset_delta < 0
+            || (header.records_count > 0 && header.last_offset_delta < header.records_count - 1)
+        {
+            return Err(BatchError::InvalidRecordCount {
+                records_count: header.records_count,
+                last_offset_delta: header.last_offset_delta,
+            });
+        }
+        Ok(header)
+    }
+
+    /// Whole batch size on the wire and on disk: batch_length + 12.
+    pub fn size_bytes(&self) -> usize {
+        self.batch_length as usize + LOG_OVERHEAD_BYTES
+    }
+
+    /// Offset of the last record.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    /// Offset after the last record.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+
+    /// The compression codec.
+    pub fn compression(&self) -> Compression {
+        // Checked in parse; bits 5..7 cannot appear here.
+        Compression::from_bits((self.attributes & ATTR_COMPRESSION_MASK) as u8)
+            .unwrap_or(Compression::None)
+    }
+
+    /// The timestamp type.
+    pub fn timestamp_type(&self) -> TimestampType {
+        if self.attributes & ATTR_TIMESTAMP_TYPE != 0 {
+            TimestampType::LogAppendTime
+        } else {
+            TimestampType::CreateTime
+        }
+    }
+
+    /// Transactional bit.
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    /// Control-batch bit (transaction markers).
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+
+    /// Delete-horizon bit (set by compaction).
+    pub fn has_delete_horizon(&self) -> bool {
+        self.attributes & ATTR_DELETE_HORIZON != 0
+    }
+}
+
+/// Validates the one batch at the start of `src` in place: header checks, length within `src`,
+/// CRC-32C. Returns its header; the batch occupies `src[..header.size_bytes()]`.
+pub fn validate(src: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(src)?;
+    let size = header.size_bytes();
+    if src.len() < size {
+        return Err(BatchError::Truncated {
+            needed: size as u64,
+            available: src.len() as u64,
+        });
+    }
+    let computed = crc32c::crc32c(&src[field::ATTRIBUTES..size]);
+    if computed != header.crc {
+        return Err(BatchError::CrcMismatch {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(header)
+}
+
+/// Writes `base_offset` into a batch header in place (outside the CRC).
+pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
+    batch[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// Writes `partition_leader_epoch` into a batch header in place (outside the CRC).
+pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
+    batch[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
+        .copy_from_slice(&epoch.to_be_bytes());
+}
+
+/// Iterates over the batches of a buffer of concatenated batches, validating each one (CRC
+/// included). Stops after the first error.
+pub struct BatchIter<'a> {
+    src: &'a [u8],
+    position: usize,
+    failed: bool,
+}
+
+impl<'a> BatchIter<'a> {
+    /// Iterates over `src`.
+    pub fn new(src: &'a [u8]) -> BatchIter<'a> {
+        BatchIter {
+            src,
+            position: 0,
+            failed: false,
+        }
+    }
+}
+
+impl Iterator for BatchIter<'_> {
+    /// The header and the byte range of the batch inside the source.
+    type Item = Result<(BatchHeader, std::ops::Range<usize>), BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.position >= self.src.len() {
+            return None;
+        }
+        match validate(&self.src[self.position..]) {
+            Ok(header) => {
+                let start = self.position;
+                self.position += header.size_bytes();
+                Some(Ok((header, start..self.position)))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Splits a mutable buffer of concatenated batches into one `BytesMut` per batch without copying,
+/// validating each (CRC included) and checking each against `batch_size_bytes_max`.
+pub fn split_batches(
+    mut src: BytesMut,
+    batch_size_bytes_max: usize,
+) -> Result<Vec<(BatchHeader, BytesMut)>, BatchError> {
+    let mut out = Vec::new();
+    while !src.is_empty() {
+        let header = validate(&src)?;
+        if header.size_bytes() > batch_size_bytes_max {
+            return Err(BatchError::TooLarge {
+                size_bytes: header.size_bytes() as u64,
+                size_bytes_max: batch_size_bytes_max as u64,
+            });
+        }
+        out.push((header, src.split_to(header.size_bytes())));
+    }
+    Ok(out)
+}
+
+/// One record header (a key/value pair attached to a record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Header key (Kafka requires UTF-8 here; Borges keeps the bytes).
+    pub key: Bytes,
+    /// Header value; `None` is null.
+    pub value: Option<Bytes>,
+}
+
+/// One decoded record with absolute offset and timestamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Absolute offset.
+    pub offset: i64,
+    /// Absolute timestamp in milliseconds (the batch's max_timestamp for LogAppendTime batches).
+    pub timestamp: i64,
+    /// Key; `None` is null.
+    pub key: Option<Bytes>,
+    /// Value; `None` is null (a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers in order.
+    pub headers: Vec<RecordHeader>,
+}
+
+/// A validated record batch: a `Bytes` view with typed accessors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordBatch {
+    header: BatchHeader,
+    bytes: Bytes,
+}
+
+impl RecordBatch {
+    /// Validates `bytes`, which must hold exactly one batch.
+    pub fn parse(bytes: Bytes) -> Result<RecordBatch, BatchError> {
+        let header = validate(&bytes)?;
+        if bytes.len() != header.size_bytes() {
+            return Err(BatchError::TrailingBytes(
+                (bytes.len() - header.size_bytes()) as u64,
+            ));
+        }
+        Ok(RecordBatch { header, bytes })
+    }
+
+    /// Splits and validates a buffer of concatenated batches (a fetch response's records).
+    /// A partial batch at the end (allowed in Kafka fetch responses) is dropped, not an error.
+    pub fn parse_many(bytes: &Bytes) -> Result<Vec<RecordBatch>, BatchError> {
+        let mut out = Vec::new();
+        let mut position = 0;
+        while position < bytes.len() {
+            let rest = &bytes[position..];
+            match BatchHeader::parse(rest) {
+                Err(BatchError::Truncated { .. }) => break,
+                Err(e) => return Err(e),
+                Ok(h) if h.size_bytes() > rest.len() => break,
+                Ok(h) => {
+                    let batch =
+                        RecordBatch::parse(bytes.slice(position..position + h.size_bytes()))?;
+                    position += h.size_bytes();
+                    out.push(batch);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The whole batch bytes.
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Consumes the view, returning its bytes.
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    /// Offset of the first record.
+    pub fn base_offset(&self) -> i64 {
+        self.header.base_offset
+    }
+
+    /// Offset of the last record.
+    pub fn last_offset(&self) -> i64 {
+        self.header.last_offset()
+    }
+
+    /// Number of records.
+    pub fn records_count(&self) -> i32 {
+        self.header.records_count
+    }
+
+    /// Decodes every record. Compressed records are inflated up to
+    /// `decompressed_size_bytes_max`; beyond that the batch is refused.
+    pub fn records(&self, decompressed_size_bytes_max: usize) -> Result<Vec<Record>, BatchError> {
+        let section = self.bytes.slice(field::RECORDS..);
+        let records = match self.header.compression() {
+            Compression::None => section,
+            Compression::Zstd => {
+                Bytes::from(decompress_zstd(&section, decompressed_size_bytes_max)?)
+            }
+            other => return Err(BatchError::UnsupportedCompression(other)),
+        };
+        decode_records(&self.header, &records)
+    }
+}
+
+fn decompress_zstd(src: &[u8], size_bytes_max: usize) -> Result<Vec<u8>, BatchError> {
+    let decoder = zstd::stream::read::Decoder::new(src)
+        .map_err(|e| BatchError::Decompression(e.to_string()))?;
+    let mut out = Vec::with_capacity(src.len().saturating_mul(4).min(size_bytes_max));
+    let read = decoder
+        .take(size_bytes_max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| BatchError::Decompression(e.to_string()))?;
+    if read > size_bytes_max {
+        return Err(BatchError::DecompressedTooLarge {
+            size_bytes_max: size_bytes_max as u64,
+        });
+    }
+    Ok(out)
+}
+
+struct RecordReader<'a> {
+    src: &'a Bytes,
+    position: usize,
+    end: usize,
+    index: u32,
+}
+
+impl RecordReader<'_> {
+    fn fail(&self, reason: &'static str) -> BatchError {
+        BatchError::InvalidRecord {
+            index: self.index,
+            reason,
+        }
+    }
+
+    fn varint(&mut self, what: &'static str) -> Result<i32, BatchError> {
+        let (v, n) = get_varint(&self.src[self.position..self.end]).map_err(|e| match e {
+            VarintError::Truncated => self.fail(what),
+            VarintError::Overlong => self.fail("overlong varint"),
+        })?;
+        self.position += n;
+        Ok(v)
+    }
+
+    fn varlong(&mut self, what: &'static str) -> Result<i64, BatchError> {
+        let (v, n) = get_varlong(&self.src[self.position..self.end]).map_err(|e| match e {
+            VarintError::Truncated => self.fail(what),
+            VarintError::Overlong => self.fail("overlong varlong"),
+        })?;
+        self.position += n;
+        Ok(v)
+    }
+
+    fn nullable_bytes(&mut self, what: &'static str) -> Result<Option<Bytes>, BatchError> {
+        let len = self.varint(what)?;
+        if len < -1 {
+            return Err(self.fail("negative length"));
+        }
+        if len == -1 {
+            return Ok(None);
+        }
+        let len = len as usize;
+        if self.end - self.position < len {
+            return Err(self.fail(what));
+        }
+        let out = self.src.slice(self.position..self.position + len);
+        self.position += len;
+        Ok(Some(out))
+    }
+}
+
+fn decode_records(header: &BatchHeader, src: &Bytes) -> Result<Vec<Record>, BatchError> {
+    let count = header.records_count as usize;
+    // Each record takes at least 7 bytes; never pre-allocate from an unchecked count.
+    let mut out = Vec::with_capacity(count.min(src.len() / 7 + 1));
+    let mut reader = RecordReader {
+        src,
+        position: 0,
+        end: src.len(),
+        index: 0,
+    };
+    for index in 0..count {
+        reader.index = index as u32;
+        reader.end = src.len();
+        let length = reader.varint("record length truncated")?;
+        if length < 0 || (length as usize) > src.len() - reader.position {
+            return Err(reader.fail("record length exceeds the batch"));
+        }
+        reader.end = reader.position + length as usize;
+        if reader.position >= reader.end {
+            return Err(reader.fail("empty record"));
+        }
+        reader.position += 1; // attributes, unused in v2
+        let timestamp_delta = reader.varlong("timestamp delta truncated")?;
+        let offset_delta = reader.varint("offset delta truncated")?;
+        if offset_delta < 0 || offset_delta > header.last_offset_delta {
+            return Err(reader.fail("offset delta outside the batch"));
+        }
+        let key = reader.nullable_bytes("key truncated")?;
+        let value = reader.nullable_bytes("value truncated")?;
+        let headers_count = reader.varint("headers count truncated")?;
+        if headers_count < 0 {
+            return Err(reader.fail("negative headers count"));
+        }
+        let mut headers = Vec::with_capacity((headers_count as usize).min(16));
+        for _ in 0..headers_count {
+            let key = reader
+                .nullable_bytes("header key truncated")?
+                .ok_or_else(|| reader.fail("null header key"))?;
+            let value = reader.nullable_bytes("header value truncated")?;
+            headers.push(RecordHeader { key, value });
+        }
+        if reader.position != reader.end {
+            return Err(reader.fail("record length does not match its fields"));
+        }
+        let timestamp = match header.timestamp_type() {
+            TimestampType::LogAppendTime => header.max_timestamp,
+            TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
+        };
+        out.push(Record {
+            offset: header.base_offset + i64::from(offset_delta),
+            timestamp,
+            key,
+            value,
+            headers,
+        });
+    }
+    if reader.end != src.len() {
+        return Err(BatchError::TrailingBytes((src.len() - reader.end) as u64));
+    }
+    Ok(out)
+}
+
+/// Options for a new batch.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchOptions {
+    /// Codec for the records section.
+    pub compression: Compression,
+    /// zstd level (ignored for other codecs).
+    pub compression_level: i32,
+    /// Idempotent producer id, or -1.
+    pub producer_id: i64,
+    /// Idempotent producer epoch, or -1.
+    pub producer_epoch: i16,
+    /// Sequence of the first record, or -1.
+    pub base_sequence: i32,
+    /// Transactional bit.
+    pub is_transactional: bool,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            compression: Compression::None,
+            compression_level: 1,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            base_sequence: NO_SEQUENCE,
+            is_transactional: false,
+        }
+    }
+}
+
+/// Builds one record batch. Records are encoded as they are pushed, straight into the output
+/// buffer after a reserved header; `build` fills the header, compresses if asked and computes
+/// the CRC. Base offset 0, leader epoch -1: the broker stamps both.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    options: BatchOptions,
+    buf: Vec<u8>,
+    records_count: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+}
+
+impl BatchBuilder {
+    /// A builder with room for about `capacity_bytes` of records.
+    pub fn new(options: BatchOptions, capacity_bytes: usize) -> BatchBuilder {
+        let mut buf = Vec::with_capacity(BATCH_HEADER_SIZE_BYTES + capacity_bytes);
+        buf.resize(BATCH_HEADER_SIZE_BYTES, 0);
+        BatchBuilder {
+            options,
+            buf,
+            records_count: 0,
+            base_timestamp: 0,
+            max_timestamp: -1,
+        }
+    }
+
+    /// Number of records pushed.
+    pub fn records_count(&self) -> i32 {
+        self.records_count
+    }
+
+    /// Whether no record was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.records_count == 0
+    }
+
+    /// Uncompressed size of the batch so far, header included.
+    pub fn size_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The encoded size one more record would add.
+    pub fn record_size_bytes(
+        &self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) -> usize {
+        let body = self.record_body_size(timestamp, key, value, headers);
+        varint_size(body as i32) + body
+    }
+
+    fn record_body_size(
+        &self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) -> usize {
+        let base_timestamp = if self.records_count == 0 {
+            timestamp
+        } else {
+            self.base_timestamp
+        };
+        let bytes_size = |b: Option<&[u8]>| match b {
+            None => 1,
+            Some(b) => varint_size(b.len() as i32) + b.len(),
+        };
+        let mut size = 1
+            + varlong_size(timestamp.wrapping_sub(base_timestamp))
+            + varint_size(self.records_count)
+            + bytes_size(key)
+            + bytes_size(value)
+            + varint_size(headers.len() as i32);
+        for (k, v) in headers {
+            size += bytes_size(Some(k)) + bytes_size(*v);
+        }
+        size
+    }
+
+    /// Appends one record with a create-time `timestamp` in milliseconds.
+    pub fn push(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) {
+        if self.records_count == 0 {
+            self.base_timestamp = timestamp;
+        }
+        let body = self.record_body_size(timestamp, key, value, headers);
+        self.buf.reserve(body + 5);
+        put_varint(&mut self.buf, body as i32);
+        self.buf.push(0);
+        put_varlong(&mut self.buf, timestamp.wrapping_sub(self.base_timestamp));
+        put_varint(&mut self.buf, self.records_count);
+        put_nullable(&mut self.buf, key);
+        put_nullable(&mut self.buf, value);
+        put_varint(&mut self.buf, headers.len() as i32);
+        for (k, v) in headers {
+            put_nullable(&mut self.buf, Some(k));
+            put_nullable(&mut self.buf, *v);
+        }
+        self.records_count += 1;
+        self.max_timestamp = self.max_timestamp.max(timestamp);
+    }
+
+    /// Finishes the batch.
+    pub fn build(mut self) -> Result<Bytes, BatchError> {
+        let mut attributes = self.options.compression as i16;
+        if self.options.is_transactional {
+            attributes |= ATTR_TRANSACTIONAL;
+        }
+        match self.options.compression {
+            Compression::None => {}
+            Compression::Zstd => {
+                let compressed = zstd::bulk::compress(
+                    &self.buf[BATCH_HEADER_SIZE_BYTES..],
+                    self.options.compression_level,
+                )
+                .map_err(|e| BatchError::Decompression(e.to_string()))?;
+                self.buf.truncate(BATCH_HEADER_SIZE_BYTES);
+                self.buf.extend_from_slice(&compressed);
+            }
+            other => return Err(BatchError::UnsupportedCompression(other)),
+        }
+        let batch_length = (self.buf.len() - LOG_OVERHEAD_BYTES) as i32;
+        let mut header = [0u8; BATCH_HEADER_SIZE_BYTES];
+        {
+            let mut h = &mut header[..];
+            h.put_i64(0);
+            h.put_i32(batch_length);
+            h.put_i32(NO_PARTITION_LEADER_EPOCH);
+            h.put_i8(MAGIC_V2);
+            h.put_u32(0);
+            h.put_i16(attributes);
+            h.put_i32((self.records_count - 1).max(0));
+            h.put_i64(self.base_timestamp);
+            h.put_i64(self.max_timestamp.max(self.base_timestamp));
+            h.put_i64(self.options.producer_id);
+            h.put_i16(self.options.producer_epoch);
+            h.put_i32(self.options.base_sequence);
+            h.put_i32(self.records_count);
+        }
+        self.buf[..BATCH_HEADER_SIZE_BYTES].copy_from_slice(&header);
+        let crc = crc32c::crc32c(&self.buf[field::ATTRIBUTES..]);
+        self.buf[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        Ok(Bytes::from(self.buf))
+    }
+}
+
+fn put_nullable(dst: &mut Vec<u8>, value: Option<&[u8]>) {
+    match value {
+        None => put_varint(dst, -1),
+        Some(b) => {
+            put_varint(dst, b.len() as i32);
+            dst.extend_from_slice(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(compression: Compression) -> Bytes {
+        let mut b = BatchBuilder::new(
+            BatchOptions {
+                compression,
+                ..BatchOptions::default()
+            },
+            1024,
+        );
+        b.push(1_000, Some(b"user-1"), Some(b"created order 100"), &[]);
+        b.push(
+            1_005,
+            None,
+            Some(b"v2"),
+            &[(b"h", Some(b"x")), (b"n", None)],
+        );
+        b.push(999, Some(b"k3"), None, &[]);
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn round_trip_uncompressed_and_zstd() {
+        for c in [Compression::None, Compression::Zstd] {
+            let bytes = sample(c);
+            let batch = RecordBatch::parse(bytes).unwrap();
+            assert_eq!(batch.records_count(), 3);
+            assert_eq!(batch.header().compression(), c);
+            assert_eq!(batch.header().max_timestamp, 1_005);
+            let records = batch.records(1 << 20).unwrap();
+            assert_eq!(records.len(), 3);
+            assert_eq!(records[0].key.as_deref(), Some(&b"user-1"[..]));
+            assert_eq!(records[1].offset, 1);
+            assert_eq!(records[1].timestamp, 1_005);
+            assert_eq!(records[1].headers.len(), 2);
+            assert_eq!(records[1].headers[1].value, None);
+            assert_eq!(records[2].value, None);
+            assert_eq!(records[2].timestamp, 999);
+        }
+    }
+
+    #[test]
+    fn stamping_offset_and_epoch_keeps_crc_valid() {
+        let mut bytes = BytesMut::from(&sample(Compression::None)[..]);
+        set_base_offset(&mut bytes, 42);
+        set_partition_leader_epoch(&mut bytes, 7);
+        let h = validate(&bytes).unwrap();
+        assert_eq!(h.base_offset, 42);
+        assert_eq!(h.partition_leader_epoch, 7);
+        assert_eq!(h.last_offset(), 44);
+    }
+
+    #[test]
+    fn every_single_bit_flip_after_offset_and_epoch_is_caught() {
+        let bytes = sample(Compression::None);
+        for i in 0..bytes.len() {
+            if (field::BASE_OFFSET..field::BASE_OFFSET + 8).contains(&i)
+                || (field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4).contains(&i)
+            {
+                continue;
+            }
+            let mut bad = bytes.to_vec();
+            bad[i] ^= 0x04;
+            assert!(validate(&bad).is_err(), "flip at byte {i} not detected");
+        }
+    }
+
+    #[test]
+    fn truncation_at_every_length_is_an_error() {
+        let bytes = sample(Compression::Zstd);
+        for n in 0..bytes.len() {
+            assert!(validate(&bytes[..n]).is_err());
+            assert!(RecordBatch::parse(bytes.slice(..n)).is_err());
+        }
+    }
+
+    #[test]
+    fn decompression_bomb_is_refused() {
+        let mut b = BatchBuilder::new(
+            BatchOptions {
+                compression: Compression::Zstd,
+                ..BatchOptions::default()
+            },
+            0,
+        );
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..8 {
+            b.push(0, None, Some(&zeros), &[]);
+        }
+        let batch = RecordBatch::parse(b.build().unwrap()).unwrap();
+        assert!(batch.as_bytes().len() < 4096);
+        assert_eq!(
+            batch.records(1 << 20),
+            Err(BatchError::DecompressedTooLarge {
+                size_bytes_max: 1 << 20
+            })
+        );
+        assert_eq!(batch.records(16 << 20).unwrap().len(), 8);
+    }
+
+    #[test]
+    fn split_batches_checks_size_and_crc() {
+        let a = sample(Compression::None);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&a);
+        buf.extend_from_slice(&a);
+        let parts = split_batches(buf.clone(), 1 << 20).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(&parts[1].1[..], &a[..]);
+        assert!(matches!(
+            split_batches(buf.clone(), 10),
+            Err(BatchError::TooLarge { .. })
+        ));
+        let last = buf.len() - 1;
+        buf[last] ^= 1;
+        assert!(matches!(
+            split_batches(buf, 1 << 20),
+            Err(BatchError::CrcMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn parse_many_drops_partial_tail() {
+        let a = sample(Compression::None);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&a);
+        buf.extend_from_slice(&a[..a.len() - 3]);
+        let batches = RecordBatch::parse_many(&buf.freeze()).unwrap();
+        assert_eq!(batches.len(), 1);
+    }
+
+    #[test]
+    fn known_kafka_batch_header_layout() {
+        // An empty-key single-record batch as Kafka's DefaultRecordBatch lays it out.
+        let mut b = BatchBuilder::new(BatchOptions::default(), 16);
+        b.push(1_700_000_000_000, None, Some(b"a"), &[]);
+        let bytes = b.build().unwrap();
+        assert_eq!(bytes[field::MAGIC], 2);
+        // record: length=8 (attr, tsDelta, offDelta, keyLen=-1, valLen=1, 'a', headers=0)
+        assert_eq!(
+            &bytes[field::RECORDS..],
+            &[0x0e, 0x00, 0x00, 0x00, 0x01, 0x02, b'a', 0x00]
+        );
+        assert_eq!(bytes.len(), 69);
+    }
+}

@@ -1,0 +1,322 @@
+//! Executor start-up: one pinned glommio executor per core, each with its own io_uring rings.
+//!
+//! glommio registers `io_memory` bytes for each of an executor's 3 rings, so the process needs
+//! `cores x 3 x io_memory` of locked memory (`RLIMIT_MEMLOCK`). [`plan_locked_memory`] raises
+//! the limit when allowed and otherwise sizes `io_memory` to what the limit permits, and says
+//! which it did so that start-up can log it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// glommio refuses to start with less `io_memory` than this.
+pub const IO_MEMORY_BYTES_MIN: usize = 512 * 1024;
+/// Rings per executor that register `io_memory`.
+pub const RINGS_PER_EXECUTOR: usize = 3;
+
+/// Errors starting executors.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// No CPU is available to this process (affinity mask empty).
+    #[error("no CPU available to this process")]
+    NoCpu,
+    /// More cores were asked for than the process may run on.
+    #[error("{requested} cores requested but only {available} CPUs are available to this process ({cpus:?})")]
+    TooManyCores {
+        /// Requested cores.
+        requested: usize,
+        /// CPUs in the affinity mask.
+        available: usize,
+        /// The CPUs.
+        cpus: Vec<usize>,
+    },
+    /// glommio could not build an executor (io_uring unavailable, ...).
+    #[error("cannot start executor for core {core} on CPU {cpu}: {message}. Borges needs io_uring (Linux >= 5.8, not disabled by /proc/sys/kernel/io_uring_disabled) and enough RLIMIT_MEMLOCK")]
+    Executor {
+        /// Core index.
+        core: usize,
+        /// CPU id.
+        cpu: usize,
+        /// The runtime's message.
+        message: String,
+    },
+    /// A thread could not be spawned.
+    #[error("cannot spawn executor thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// How to start the executors.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Number of executors (cores). 0 means one per CPU in the process's affinity mask.
+    pub cores: usize,
+    /// Bytes of registered IO memory per ring; `None` sizes it from `RLIMIT_MEMLOCK`.
+    pub io_memory_bytes: Option<usize>,
+    /// Preemption timer: how long a task may run before yielding is requested.
+    pub preempt_timer_ms: u64,
+    /// Busy-poll this long before parking an idle executor (0 disables); trades CPU for
+    /// cross-core latency.
+    pub spin_before_park_us: u64,
+    /// io_uring submission queue depth.
+    pub ring_depth: usize,
+    /// Thread name prefix.
+    pub name: String,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            cores: 0,
+            io_memory_bytes: None,
+            preempt_timer_ms: 2,
+            spin_before_park_us: 0,
+            ring_depth: 256,
+            name: "borges-core".to_string(),
+        }
+    }
+}
+
+/// What start-up decided about locked memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedMemoryPlan {
+    /// Soft RLIMIT_MEMLOCK before start-up, bytes (`u64::MAX` = unlimited).
+    pub limit_before_bytes: u64,
+    /// Soft RLIMIT_MEMLOCK after start-up.
+    pub limit_after_bytes: u64,
+    /// `io_memory` per ring chosen.
+    pub io_memory_bytes: usize,
+    /// Whether registered buffers fit in the limit (otherwise glommio runs without them).
+    pub registered_buffers: bool,
+}
+
+impl std::fmt::Display for LockedMemoryPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |v: u64| {
+            if v == u64::MAX {
+                "unlimited".to_string()
+            } else {
+                format!("{} KiB", v / 1024)
+            }
+        };
+        write!(
+            f,
+            "RLIMIT_MEMLOCK {} -> {}, io_memory {} KiB per ring, registered buffers {}",
+            show(self.limit_before_bytes),
+            show(self.limit_after_bytes),
+            self.io_memory_bytes / 1024,
+            if self.registered_buffers {
+                "on"
+            } else {
+                "off (raise RLIMIT_MEMLOCK, e.g. `ulimit -l unlimited` or LimitMEMLOCK=infinity in systemd)"
+            }
+        )
+    }
+}
+
+fn memlock_limit() -> (u64, u64) {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
+    if rc != 0 {
+        return (0, 0);
+    }
+    let conv = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            u64::MAX
+        } else {
+            v
+        }
+    };
+    (conv(rl.rlim_cur), conv(rl.rlim_max))
+}
+
+fn set_memlock_limit(soft: u64, hard: u64) -> bool {
+    let conv = |v: u64| {
+        if v == u64::MAX {
+            libc::RLIM_INFINITY
+        } else {
+            v as libc::rlim_t
+        }
+    };
+    let rl = libc::rlimit {
+        rlim_cur: conv(soft),
+        rlim_max: conv(hard),
+    };
+    // SAFETY: setrlimit only reads the struct.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) == 0 }
+}
+
+/// Raises `RLIMIT_MEMLOCK` to fit `cores x 3 x io_memory_wanted_bytes` when the process may
+/// (up to the hard limit, or beyond it with CAP_SYS_RESOURCE), otherwise shrinks `io_memory` to
+/// fit what is allowed.
+pub fn plan_locked_memory(cores: usize, io_memory_wanted_bytes: usize) -> LockedMemoryPlan {
+    let cores = cores.max(1) as u64;
+    let (soft, hard) = memlock_limit();
+    let needed = cores
+        .saturating_mul(RINGS_PER_EXECUTOR as u64)
+        .saturating_mul(io_memory_wanted_bytes as u64)
+        // glommio and the kernel lock a little more than the buffers themselves.
+        .saturating_add(1 << 20);
+    let mut limit = soft;
+    if soft < needed {
+        if set_memlock_limit(needed, hard.max(needed)) || set_memlock_limit(hard, hard) {
+            limit = memlock_limit().0;
+        }
+    }
+    let fits = (limit.saturating_sub(1 << 20) / (cores * RINGS_PER_EXECUTOR as u64)) as usize;
+    let io_memory_bytes = io_memory_wanted_bytes.min(fits).max(IO_MEMORY_BYTES_MIN);
+    LockedMemoryPlan {
+        limit_before_bytes: soft,
+        limit_after_bytes: limit,
+        io_memory_bytes,
+        registered_buffers: fits >= IO_MEMORY_BYTES_MIN,
+    }
+}
+
+/// CPUs this process may run on (its affinity mask, so `taskset` is respected).
+pub fn available_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
+/// The CPU each core will be pinned to, for `cores` executors (0 = all available).
+pub fn plan_cpus(cores: usize) -> Result<Vec<usize>, RuntimeError> {
+    let cpus = available_cpus();
+    if cpus.is_empty() {
+        return Err(RuntimeError::NoCpu);
+    }
+    let cores = if cores == 0 { cpus.len() } else { cores };
+    if cores > cpus.len() {
+        return Err(RuntimeError::TooManyCores {
+            requested: cores,
+            available: cpus.len(),
+            cpus,
+        });
+    }
+    Ok(cpus[..cores].to_vec())
+}
+
+/// Handles to running executors.
+pub struct Executors<T> {
+    threads: Vec<std::thread::JoinHandle<Result<T, RuntimeError>>>,
+    /// CPUs the cores are pinned to, by core index.
+    pub cpus: Vec<usize>,
+    /// The locked-memory decision.
+    pub locked_memory: LockedMemoryPlan,
+}
+
+impl<T> Executors<T> {
+    /// Waits for every executor to finish; returns their results by core index.
+    pub fn join(self) -> Vec<Result<T, RuntimeError>> {
+        self.threads
+            .into_iter()
+            .enumerate()
+            .map(|(core, t)| {
+                t.join().unwrap_or_else(|_| {
+                    Err(RuntimeError::Executor {
+                        core,
+                        cpu: 0,
+                        message: "executor thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+}
+
+/// Starts one pinned executor per core and runs `make(core_index)` on each. `make` is called on
+/// the executor's own thread, so the future it returns need not be `Send`.
+pub fn start<F, Fut, T>(config: &ExecutorConfig, make: F) -> Result<Executors<T>, RuntimeError>
+where
+    F: Fn(usize) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let cpus = plan_cpus(config.cores)?;
+    let wanted = config.io_memory_bytes.unwrap_or(4 << 20);
+    let locked_memory = plan_locked_memory(cpus.len(), wanted);
+    let mut threads = Vec::with_capacity(cpus.len());
+    for (core, &cpu) in cpus.iter().enumerate() {
+        let make = make.clone();
+        let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(cpu))
+            .name(&format!("{}-{core}", config.name))
+            .io_memory(locked_memory.io_memory_bytes)
+            .ring_depth(config.ring_depth)
+            .preempt_timer(Duration::from_millis(config.preempt_timer_ms.max(1)))
+            .spin_before_park(Duration::from_micros(config.spin_before_park_us));
+        let thread = std::thread::Builder::new()
+            .name(format!("{}-{core}", config.name))
+            .spawn(move || {
+                let ex = builder.make().map_err(|e| RuntimeError::Executor {
+                    core,
+                    cpu,
+                    message: e.to_string(),
+                })?;
+                Ok(ex.run(make(core)))
+            })?;
+        threads.push(thread);
+    }
+    Ok(Executors {
+        threads,
+        cpus,
+        locked_memory,
+    })
+}
+
+/// Runs one executor on the current thread (unpinned) until `future` completes. For tests,
+/// tools and benchmarks that need one core.
+pub fn run_local<T>(future: impl Future<Output = T>) -> Result<T, RuntimeError> {
+    let plan = plan_locked_memory(1, 1 << 20);
+    let ex = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(plan.io_memory_bytes)
+        .preempt_timer(Duration::from_millis(2))
+        .make()
+        .map_err(|e| RuntimeError::Executor {
+            core: 0,
+            cpu: 0,
+            message: e.to_string(),
+        })?;
+    Ok(ex.run(future))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_respects_minimum() {
+        let plan = plan_locked_memory(2, 1 << 20);
+        assert!(plan.io_memory_bytes >= IO_MEMORY_BYTES_MIN);
+        assert!(plan.limit_after_bytes >= plan.limit_before_bytes.min(plan.limit_after_bytes));
+    }
+
+    #[test]
+    fn start_runs_every_core() {
+        let cfg = ExecutorConfig {
+            cores: 1,
+            ..ExecutorConfig::default()
+        };
+        let ex = start(&cfg, |core| async move { core * 10 + 1 }).unwrap();
+        let results: Vec<usize> = ex.join().into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(results, vec![1]);
+    }
+
+    #[test]
+    fn too_many_cores_is_a_clear_error() {
+        let err = plan_cpus(100_000).unwrap_err();
+        assert!(err.to_string().contains("cores requested"));
+    }
+}

@@ -1,0 +1,233 @@
+//! Direct-IO files (O_DIRECT through io_uring) and the aligned buffers they need.
+//!
+//! Rules measured on our machines (see `RUNTIME-NOTES.md`): writes need position and length
+//! aligned to [`DirectFile::alignment`]; reads accept any range; writes that extend a file
+//! serialize, so pre-allocate; the first direct-IO file an executor opens on a device decides
+//! whether polled IO is used, so call [`prime_device`] first on every executor.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+
+/// An aligned buffer for direct-IO writes. Lives on the core that allocated it.
+pub struct AlignedBuf(glommio::io::DmaBuffer);
+
+impl AlignedBuf {
+    /// Buffer length.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The contents.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    /// The contents, mutable.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.0.as_bytes_mut()
+    }
+
+    /// Shrinks the buffer to `len` bytes (which must stay aligned for writes).
+    pub fn truncate(&mut self, len: usize) {
+        self.0.trim_to_size(len);
+    }
+}
+
+/// Bytes read from a file; dereferences to `[u8]`.
+pub struct ReadBuf(glommio::io::ReadResult);
+
+impl std::ops::Deref for ReadBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A file opened with O_DIRECT, driven by this core's io_uring. Lives on one core.
+pub struct DirectFile {
+    inner: glommio::io::DmaFile,
+}
+
+impl DirectFile {
+    /// Opens an existing file read-only.
+    pub async fn open_read(path: impl AsRef<Path>) -> io::Result<DirectFile> {
+        let inner = glommio::io::DmaFile::open(path.as_ref()).await?;
+        Ok(DirectFile { inner })
+    }
+
+    /// Opens a file for reading and writing, creating it when `create` is set. Never truncates.
+    pub async fn open_write(path: impl AsRef<Path>, create: bool) -> io::Result<DirectFile> {
+        let inner = glommio::io::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .dma_open(path.as_ref())
+            .await?;
+        Ok(DirectFile { inner })
+    }
+
+    /// Required alignment of write positions and lengths.
+    pub fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+
+    /// Allocates an aligned buffer of `size` bytes, zero-filled, usable for writes to this file.
+    pub fn alloc(&self, size: usize) -> AlignedBuf {
+        let mut buf = self.inner.alloc_dma_buffer(size);
+        buf.as_bytes_mut().fill(0);
+        AlignedBuf(buf)
+    }
+
+    /// Writes the whole buffer at `position`; both must be aligned. Returns bytes written; a
+    /// short write is returned as an error, never as success.
+    pub async fn write_at(&self, buf: AlignedBuf, position: u64) -> io::Result<()> {
+        let len = buf.len();
+        let written = self.inner.write_at(buf.0, position).await?;
+        if written != len {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short direct write: {written} of {len} bytes at {position}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads up to `len` bytes at `position` (any alignment). Fewer bytes come back at the end
+    /// of the file.
+    pub async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadBuf> {
+        Ok(ReadBuf(self.inner.read_at(position, len).await?))
+    }
+
+    /// fdatasync.
+    pub async fn sync_data(&self) -> io::Result<()> {
+        Ok(self.inner.fdatasync().await?)
+    }
+
+    /// Reserves blocks up to `size` bytes; with `keep_size` the visible file size is unchanged.
+    pub async fn pre_allocate(&self, size: u64, keep_size: bool) -> io::Result<()> {
+        Ok(self.inner.pre_allocate(size, keep_size).await?)
+    }
+
+    /// Truncates or extends the file to `size` bytes.
+    pub async fn truncate(&self, size: u64) -> io::Result<()> {
+        Ok(self.inner.truncate(size).await?)
+    }
+
+    /// Current file size.
+    pub async fn size(&self) -> io::Result<u64> {
+        Ok(self.inner.file_size().await?)
+    }
+
+    /// Closes the file, reporting errors from close.
+    pub async fn close(self) -> io::Result<()> {
+        Ok(self.inner.close().await?)
+    }
+}
+
+impl AsRawFd for DirectFile {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+/// Works around glommio's storage-polling detection (glommio issues #605 and #670): the first
+/// direct-IO file an executor opens on a device decides whether polled IO is used, and a new
+/// empty or write-only file makes that decision wrongly. Opening an existing non-empty file
+/// read-only first makes it right. Call once per executor per data directory, before any other
+/// direct-IO file there is opened.
+pub async fn prime_device(dir: impl AsRef<Path>) -> io::Result<()> {
+    let path = dir.as_ref().join(".borges-device-probe");
+    let needs_write = std::fs::metadata(&path)
+        .map(|m| m.len() < 4096)
+        .unwrap_or(true);
+    if needs_write {
+        std::fs::create_dir_all(dir.as_ref())?;
+        std::fs::write(&path, vec![0u8; 4096])?;
+    }
+    let file = DirectFile::open_read(&path).await?;
+    let _ = file.read_at(0, 512).await?;
+    file.close().await
+}
+
+/// fsyncs a directory so that creations, renames and deletions in it are durable.
+pub fn sync_dir(dir: impl AsRef<Path>) -> io::Result<()> {
+    std::fs::File::open(dir.as_ref())?.sync_all()
+}
+
+/// Atomically replaces `path` with `contents`: write a temporary file, fsync it, rename it over
+/// `path`, fsync the directory. Blocking; small files only (checkpoints, metadata).
+pub fn write_atomic(path: impl AsRef<Path>, contents: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let path = path.as_ref();
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_sync_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        crate::executor::run_local(async move {
+            prime_device(dir.path()).await.unwrap();
+            let f = DirectFile::open_write(&path, true).await.unwrap();
+            let align = f.alignment() as usize;
+            f.pre_allocate(1 << 20, false).await.unwrap();
+            let mut buf = f.alloc(align * 2);
+            buf.as_bytes_mut()[..5].copy_from_slice(b"hello");
+            f.write_at(buf, align as u64).await.unwrap();
+            f.sync_data().await.unwrap();
+            let r = f.read_at(align as u64, 5).await.unwrap();
+            assert_eq!(&r[..], b"hello");
+            let r = f.read_at(3, 4).await.unwrap();
+            assert_eq!(&r[..], &[0, 0, 0, 0]);
+            f.truncate(align as u64 + 5).await.unwrap();
+            assert_eq!(f.size().await.unwrap(), align as u64 + 5);
+            f.close().await.unwrap();
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn unaligned_write_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g");
+        crate::executor::run_local(async move {
+            prime_device(dir.path()).await.unwrap();
+            let f = DirectFile::open_write(&path, true).await.unwrap();
+            let buf = f.alloc(4096);
+            assert!(f.write_at(buf, 100).await.is_err());
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn write_atomic_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("meta");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+    }
+}

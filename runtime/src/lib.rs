@@ -1,0 +1,17 @@
+//! The one place that knows Borges runs on glommio.
+//!
+//! Everything the broker and the storage engine need from a runtime goes through here:
+//! - [`executor`]: start one pinned executor per core with its own io_uring rings, sized to the
+//!   locked-memory limit.
+//! - [`task`]: spawn local tasks, yield, run blocking work off the core.
+//! - [`fs`]: direct-IO files (O_DIRECT through io_uring) and aligned buffers.
+//! - [`time`]: sleeps, timeouts and a monotonic clock.
+//! - [`sync`]: single-core notification primitives.
+//!
+//! Types from this crate live on the core that created them unless they say otherwise.
+
+pub mod executor;
+pub mod fs;
+pub mod sync;
+pub mod task;
+pub mod time;

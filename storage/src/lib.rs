@@ -1,0 +1,1 @@
+//! Partition log storage. See docs/ARCHITECTURE.md and docs/storage-format.md.
