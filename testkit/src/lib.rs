@@ -1,0 +1,286 @@
+//! Starts real `borges broker` processes for integration tests.
+//!
+//! The broker binary is found through `BORGES_BIN`, or next to the test executable in the Cargo
+//! target directory (`target/<profile>/borges`). The workspace test command builds it first
+//! (`cargo build --workspace --bins`, see `scripts/test.sh`).
+//!
+//! Every broker gets a fresh temporary data directory, a free main port, ephemeral per-core
+//! ports, and a ready file that the broker writes once every core serves.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long to wait for a broker to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Path of the `borges` binary under test.
+pub fn borges_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("BORGES_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> -> target/<profile>/borges
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("borges");
+    assert!(
+        bin.exists(),
+        "broker binary not found at {}: run `cargo build --workspace --bins` first (scripts/test.sh does), or set BORGES_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// Finds a free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Options for a test broker.
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    /// Executor cores (`--cores`).
+    pub cores: usize,
+    /// Extra command-line arguments after `broker`.
+    pub args: Vec<String>,
+    /// Contents of a TOML config file passed with `--config`, if any.
+    pub config_toml: Option<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            cores: 2.min(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            args: Vec::new(),
+            config_toml: None,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// A running broker process. Killed with SIGKILL when dropped.
+pub struct BrokerProcess {
+    child: Option<Child>,
+    _tmp: Option<tempfile::TempDir>,
+    data_dir: PathBuf,
+    port: u16,
+    metrics_port: u16,
+    options: BrokerOptions,
+    /// Contents of the ready file: bound addresses.
+    pub ready: serde_json::Value,
+}
+
+impl BrokerProcess {
+    /// Starts a broker with default options (2 cores where available).
+    pub fn start() -> BrokerProcess {
+        Self::start_with(BrokerOptions::default())
+    }
+
+    /// Starts a broker with `options` in a new temporary data directory.
+    pub fn start_with(options: BrokerOptions) -> BrokerProcess {
+        let tmp = tempfile::Builder::new()
+            .prefix("borges-test-")
+            .tempdir()
+            .expect("tempdir");
+        let data_dir = tmp.path().join("data");
+        let mut broker = BrokerProcess {
+            child: None,
+            _tmp: Some(tmp),
+            data_dir,
+            port: free_port(),
+            metrics_port: free_port(),
+            options,
+            ready: serde_json::Value::Null,
+        };
+        broker.spawn();
+        broker
+    }
+
+    /// `127.0.0.1:<port>` of the main listener.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Main listener address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `127.0.0.1:<port>` of the metrics endpoint.
+    pub fn metrics_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.metrics_port)
+    }
+
+    /// The broker's data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.data_dir
+            .parent()
+            .unwrap_or(&self.data_dir)
+            .join("broker.log")
+    }
+
+    fn ready_path(&self) -> PathBuf {
+        self.data_dir
+            .parent()
+            .unwrap_or(&self.data_dir)
+            .join("ready.json")
+    }
+
+    fn spawn(&mut self) {
+        let _ = std::fs::remove_file(self.ready_path());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("broker log");
+        let mut cmd = Command::new(borges_bin());
+        cmd.arg("broker")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg(self.bootstrap())
+            .arg("--core-port-base")
+            .arg("0")
+            .arg("--metrics-listen")
+            .arg(self.metrics_addr())
+            .arg("--cores")
+            .arg(self.options.cores.to_string())
+            .arg("--ready-file")
+            .arg(self.ready_path());
+        if let Some(toml) = &self.options.config_toml {
+            let path = self
+                .data_dir
+                .parent()
+                .unwrap_or(&self.data_dir)
+                .join("broker.toml");
+            std::fs::write(&path, toml).expect("write config");
+            cmd.arg("--config").arg(path);
+        }
+        cmd.args(&self.options.args);
+        for (k, v) in &self.options.env {
+            cmd.env(k, v);
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log clone"))
+            .stderr(log);
+        self.child = Some(cmd.spawn().expect("spawn borges broker"));
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(self.ready_path()) {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                    self.ready = v;
+                    return;
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "broker exited with {status} before becoming ready; log:\n{}",
+                    self.log()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "broker not ready after {READY_TIMEOUT:?}; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything the broker wrote to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.log_path()) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// SIGKILL, then wait for the process to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait up to `timeout` for a clean exit. Returns the exit status, or `None`
+    /// if it had to be killed.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the broker again on the same data directory and ports (after `kill9` or
+    /// `terminate`).
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// Restarts with different options (for example another core count).
+    pub fn restart_with(&mut self, options: BrokerOptions) {
+        self.kill9();
+        self.options = options;
+        self.spawn();
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- broker log ({}) ---\n{}",
+                self.log_path().display(),
+                self.log()
+            );
+        }
+    }
+}
