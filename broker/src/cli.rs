@@ -1,0 +1,92 @@
+//! `borges broker`: command-line arguments and the entry point the `borges` binary calls.
+//!
+//! Precedence: embedded defaults < `--config` TOML file < environment (`BORGES_*`) < flags.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::config::BrokerConfig;
+
+/// Arguments of `borges broker`.
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Examples:\n  borges broker\n  borges broker --data-dir /var/lib/borges --listen 0.0.0.0:9292 --cores 8\n  borges broker --config borges.toml\n\nEvery setting, its default and its unit are listed in docs/operations.md."
+)]
+pub struct BrokerArgs {
+    /// TOML configuration file (see docs/operations.md).
+    #[arg(long, env = "BORGES_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Data directory [default: ./borges-data].
+    #[arg(long, env = "BORGES_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Main listen address, served by every core [default: 127.0.0.1:9292].
+    #[arg(long, env = "BORGES_LISTEN", value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Executor cores [default: every CPU available to the process].
+    #[arg(long, env = "BORGES_CORES", value_name = "N")]
+    pub cores: Option<usize>,
+    /// First per-core port (core N listens on BASE+N); 0 picks ephemeral ports
+    /// [default: listen port + 1].
+    #[arg(long, env = "BORGES_CORE_PORT_BASE", value_name = "PORT")]
+    pub core_port_base: Option<u16>,
+    /// Prometheus metrics address; "" disables [default: 127.0.0.1:9464].
+    #[arg(long, env = "BORGES_METRICS_LISTEN", value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
+    /// Host advertised to clients in Metadata [default: the listen host].
+    #[arg(long, env = "BORGES_ADVERTISED_HOST", value_name = "HOST")]
+    pub advertised_host: Option<String>,
+    /// Broker id [default: 0].
+    #[arg(long, env = "BORGES_BROKER_ID", value_name = "ID")]
+    pub broker_id: Option<i32>,
+    /// Write a JSON file with the bound addresses once every core serves.
+    #[arg(long, value_name = "FILE")]
+    pub ready_file: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, env = "BORGES_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
+    pub log_format: String,
+}
+
+impl BrokerArgs {
+    /// The effective configuration.
+    pub fn resolve(&self) -> Result<BrokerConfig, crate::BrokerError> {
+        let mut config = match &self.config {
+            Some(path) => BrokerConfig::from_toml_file(path)?,
+            None => BrokerConfig::default(),
+        };
+        if let Some(v) = &self.data_dir {
+            config.data_dir = v.clone();
+        }
+        if let Some(v) = &self.listen {
+            config.listen = v.clone();
+        }
+        if let Some(v) = self.cores {
+            config.cores = v;
+        }
+        if let Some(v) = self.core_port_base {
+            config.core_port_base = Some(v);
+        }
+        if let Some(v) = &self.metrics_listen {
+            config.metrics_listen = v.clone();
+        }
+        if let Some(v) = &self.advertised_host {
+            config.advertised_host = Some(v.clone());
+        }
+        if let Some(v) = self.broker_id {
+            config.broker_id = v;
+        }
+        if let Some(v) = &self.ready_file {
+            config.ready_file = Some(v.clone());
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Runs the broker until SIGTERM or SIGINT; returns once it has shut down cleanly.
+pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
+    crate::logging::init(&args.log_format);
+    let config = args.resolve()?;
+    crate::server::run(config)?;
+    Ok(())
+}

@@ -1,0 +1,415 @@
+//! Broker configuration: embedded defaults < TOML file (`--config`) < environment < flags.
+//!
+//! Every limit is named `*_max` with its unit. [`BrokerConfig::validate`] checks relations
+//! between settings once at start-up, so that the rest of the broker can rely on them.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::BrokerError;
+
+/// Durability policy of a partition log (topic config `durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityPolicy {
+    /// Group-commit fdatasync: every flush is followed by one fdatasync shared by every append
+    /// in that window; `acks=all` waits for it.
+    Fsync,
+    /// fdatasync every `flush_interval_ms`; acknowledgements wait only for the device write.
+    Interval,
+    /// Never fdatasync (durability left to replication).
+    None,
+}
+
+impl DurabilityPolicy {
+    /// Parses the topic-config spelling (`fsync`, `interval`, `none`).
+    pub fn parse(s: &str) -> Option<DurabilityPolicy> {
+        match s {
+            "fsync" => Some(DurabilityPolicy::Fsync),
+            "interval" => Some(DurabilityPolicy::Interval),
+            "none" => Some(DurabilityPolicy::None),
+            _ => None,
+        }
+    }
+
+    /// The topic-config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DurabilityPolicy::Fsync => "fsync",
+            DurabilityPolicy::Interval => "interval",
+            DurabilityPolicy::None => "none",
+        }
+    }
+}
+
+/// Whole-broker configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BrokerConfig {
+    /// This broker's id (Kafka's `node.id`).
+    pub broker_id: i32,
+    /// Where partitions, metadata and checkpoints live.
+    pub data_dir: PathBuf,
+    /// Main listener, served by every core (SO_REUSEPORT).
+    pub listen: String,
+    /// Host advertised in Metadata; defaults to the listen host.
+    pub advertised_host: Option<String>,
+    /// First per-core port: core N listens on `core_port_base + N`. Unset: listen port + 1.
+    /// 0: an ephemeral port per core (advertised in Metadata and the ready file).
+    pub core_port_base: Option<u16>,
+    /// Executor cores; 0 = one per CPU available to the process.
+    pub cores: usize,
+    /// Prometheus text endpoint; empty disables it.
+    pub metrics_listen: String,
+    /// When set, a JSON file with the bound addresses is written here once every core serves.
+    pub ready_file: Option<PathBuf>,
+    /// Connection and request limits.
+    pub limits: LimitsConfig,
+    /// Defaults for topic configs.
+    pub log: LogDefaults,
+    /// Storage engine settings (per core).
+    pub storage: StorageSettings,
+    /// Fetch path settings.
+    pub fetch: FetchSettings,
+    /// Consumer group settings.
+    pub groups: GroupSettings,
+    /// Thread-per-core runtime settings.
+    pub runtime: RuntimeSettings,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            broker_id: 0,
+            data_dir: PathBuf::from("./borges-data"),
+            listen: "127.0.0.1:9292".to_string(),
+            advertised_host: None,
+            core_port_base: None,
+            cores: 0,
+            metrics_listen: "127.0.0.1:9464".to_string(),
+            ready_file: None,
+            limits: LimitsConfig::default(),
+            log: LogDefaults::default(),
+            storage: StorageSettings::default(),
+            fetch: FetchSettings::default(),
+            groups: GroupSettings::default(),
+            runtime: RuntimeSettings::default(),
+        }
+    }
+}
+
+/// Connection and request limits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest frame accepted (header + message + payload).
+    pub frame_size_bytes_max: u32,
+    /// Connections per broker (split evenly over cores).
+    pub connections_max: u32,
+    /// Requests a connection may have in flight before the broker stops reading from it.
+    pub in_flight_requests_per_connection_max: u32,
+    /// Bytes of request frames a core holds in flight across its connections.
+    pub request_memory_bytes_max_per_core: u64,
+    /// Connections idle this long are closed.
+    pub connection_idle_timeout_ms: u64,
+    /// Depth of each cross-core channel, in messages.
+    pub cross_core_queue_depth_max: usize,
+    /// Topics in the cluster.
+    pub topics_max: u32,
+    /// Partitions per topic.
+    pub partitions_per_topic_max: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            frame_size_bytes_max: borges_protocol::frame::FRAME_SIZE_BYTES_MAX_DEFAULT,
+            connections_max: 10_000,
+            in_flight_requests_per_connection_max: 128,
+            request_memory_bytes_max_per_core: 512 * 1024 * 1024,
+            connection_idle_timeout_ms: 10 * 60 * 1000,
+            cross_core_queue_depth_max: 1024,
+            topics_max: 100_000,
+            partitions_per_topic_max: 100_000,
+        }
+    }
+}
+
+/// Broker-wide defaults of topic configs; a topic overrides them with Kafka's dotted names.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogDefaults {
+    /// `num.partitions`.
+    pub num_partitions: u32,
+    /// `segment.bytes`.
+    pub segment_size_bytes: u64,
+    /// `segment.ms`.
+    pub segment_ms: u64,
+    /// `index.interval.bytes`.
+    pub index_interval_bytes: u32,
+    /// `retention.ms`; -1 keeps forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`; -1 means no size cap.
+    pub retention_bytes: i64,
+    /// `durability`: fsync (group commit), interval, none.
+    pub durability: DurabilityPolicy,
+    /// `flush.ms`: fdatasync interval for `durability=interval`.
+    pub flush_interval_ms: u64,
+    /// `max.message.bytes`: largest record batch accepted.
+    pub max_message_bytes: u32,
+    /// `cleanup.policy`: delete, compact, or compact,delete.
+    pub cleanup_policy: String,
+}
+
+impl Default for LogDefaults {
+    fn default() -> Self {
+        LogDefaults {
+            num_partitions: 1,
+            segment_size_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            retention_ms: 168 * 3600 * 1000,
+            retention_bytes: -1,
+            durability: DurabilityPolicy::Fsync,
+            flush_interval_ms: 1000,
+            max_message_bytes: 8 * 1024 * 1024,
+            cleanup_policy: "delete".to_string(),
+        }
+    }
+}
+
+/// Storage engine settings, per core.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageSettings {
+    /// Appended bytes not yet written to the device, per core; producers wait beyond it.
+    pub write_buffer_bytes_max: u64,
+    /// Recent batches kept in memory for tail reads, per core.
+    pub tail_cache_bytes_max: u64,
+    /// Open segment files per core (closed segments are reopened on demand).
+    pub open_files_max: u32,
+    /// How often retention and time-based segment rolls are checked.
+    pub retention_check_interval_ms: u64,
+    /// How often the recovery-point checkpoint is written.
+    pub recovery_checkpoint_interval_ms: u64,
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        StorageSettings {
+            write_buffer_bytes_max: 256 * 1024 * 1024,
+            tail_cache_bytes_max: 256 * 1024 * 1024,
+            open_files_max: 4096,
+            retention_check_interval_ms: 30_000,
+            recovery_checkpoint_interval_ms: 1_000,
+        }
+    }
+}
+
+/// How fetch responses send file data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FetchSendMode {
+    /// sendfile from the page cache (zero copy).
+    Sendfile,
+    /// Read into memory, then write (the path TLS uses).
+    Copy,
+}
+
+/// Fetch path settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FetchSettings {
+    /// How file-backed fetch data is sent.
+    pub send_mode: FetchSendMode,
+    /// Upper bound on a fetch's `max_wait_ms`.
+    pub max_wait_ms_max: u32,
+    /// Upper bound on a fetch's `max_bytes`.
+    pub response_bytes_max: u32,
+}
+
+impl Default for FetchSettings {
+    fn default() -> Self {
+        FetchSettings {
+            send_mode: FetchSendMode::Sendfile,
+            max_wait_ms_max: 30_000,
+            response_bytes_max: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Consumer group settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupSettings {
+    /// Default session timeout: a member silent this long is removed.
+    pub session_timeout_ms: u32,
+    /// Smallest session timeout a member may ask for.
+    pub session_timeout_ms_min: u32,
+    /// Largest session timeout a member may ask for.
+    pub session_timeout_ms_max: u32,
+    /// Heartbeat interval told to members.
+    pub heartbeat_interval_ms: u32,
+    /// Members per group.
+    pub group_members_max: u32,
+    /// Partitions of `__consumer_offsets`.
+    pub offsets_topic_partitions: u32,
+    /// Longest committed-offset metadata string.
+    pub offset_metadata_bytes_max: u32,
+}
+
+impl Default for GroupSettings {
+    fn default() -> Self {
+        GroupSettings {
+            session_timeout_ms: 45_000,
+            session_timeout_ms_min: 1_000,
+            session_timeout_ms_max: 300_000,
+            heartbeat_interval_ms: 5_000,
+            group_members_max: 1_000,
+            offsets_topic_partitions: 16,
+            offset_metadata_bytes_max: 4096,
+        }
+    }
+}
+
+/// Thread-per-core runtime settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeSettings {
+    /// Registered IO memory per ring; unset sizes it from RLIMIT_MEMLOCK.
+    pub io_memory_bytes: Option<usize>,
+    /// Preemption timer.
+    pub preempt_timer_ms: u64,
+    /// Busy-poll before parking (0 disables).
+    pub spin_before_park_us: u64,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        RuntimeSettings {
+            io_memory_bytes: None,
+            preempt_timer_ms: 2,
+            spin_before_park_us: 0,
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// Reads a TOML file over the embedded defaults.
+    pub fn from_toml_file(path: &std::path::Path) -> Result<BrokerConfig, BrokerError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            BrokerError::Config(format!("cannot read config file {}: {e}", path.display()))
+        })?;
+        Self::from_toml_str(&text)
+            .map_err(|e| BrokerError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses TOML over the embedded defaults.
+    pub fn from_toml_str(text: &str) -> Result<BrokerConfig, BrokerError> {
+        toml::from_str(text).map_err(|e| BrokerError::Config(e.to_string()))
+    }
+
+    /// Checks values and relations between them.
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        let fail = |m: String| Err(BrokerError::Config(m));
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return fail(format!(
+                "listen = {:?} is not HOST:PORT (an IP address and a port)",
+                self.listen
+            ));
+        }
+        if !self.metrics_listen.is_empty()
+            && self.metrics_listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return fail(format!(
+                "metrics_listen = {:?} is not HOST:PORT",
+                self.metrics_listen
+            ));
+        }
+        let l = &self.limits;
+        if l.frame_size_bytes_max < borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN {
+            return fail(format!(
+                "limits.frame_size_bytes_max must be at least {}",
+                borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN
+            ));
+        }
+        if u64::from(l.frame_size_bytes_max) > l.request_memory_bytes_max_per_core {
+            return fail("limits.request_memory_bytes_max_per_core must hold at least one frame of limits.frame_size_bytes_max".into());
+        }
+        if l.connections_max == 0 || l.in_flight_requests_per_connection_max == 0 {
+            return fail("limits.connections_max and limits.in_flight_requests_per_connection_max must be positive".into());
+        }
+        if l.cross_core_queue_depth_max == 0 {
+            return fail("limits.cross_core_queue_depth_max must be positive".into());
+        }
+        if self.log.max_message_bytes >= l.frame_size_bytes_max {
+            return fail(
+                "log.max_message_bytes must be smaller than limits.frame_size_bytes_max".into(),
+            );
+        }
+        if self.log.num_partitions == 0 || self.log.num_partitions > l.partitions_per_topic_max {
+            return fail(
+                "log.num_partitions must be between 1 and limits.partitions_per_topic_max".into(),
+            );
+        }
+        if self.log.segment_size_bytes < 1024 * 1024 {
+            return fail("log.segment_size_bytes must be at least 1 MiB".into());
+        }
+        if self.storage.write_buffer_bytes_max < u64::from(self.log.max_message_bytes) {
+            return fail("storage.write_buffer_bytes_max must hold at least one batch of log.max_message_bytes".into());
+        }
+        let g = &self.groups;
+        if g.session_timeout_ms_min > g.session_timeout_ms_max
+            || !(g.session_timeout_ms_min..=g.session_timeout_ms_max)
+                .contains(&g.session_timeout_ms)
+        {
+            return fail("groups.session_timeout_ms must lie within [session_timeout_ms_min, session_timeout_ms_max]".into());
+        }
+        if g.heartbeat_interval_ms == 0 || g.heartbeat_interval_ms >= g.session_timeout_ms {
+            return fail(
+                "groups.heartbeat_interval_ms must be positive and below groups.session_timeout_ms"
+                    .into(),
+            );
+        }
+        if g.offsets_topic_partitions == 0 {
+            return fail("groups.offsets_topic_partitions must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        BrokerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = BrokerConfig::from_toml_str("listen = \"127.0.0.1:1\"\nbogus = 1\n").unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn partial_file_keeps_defaults() {
+        let c = BrokerConfig::from_toml_str("[log]\nnum_partitions = 3\ndurability = \"none\"\n")
+            .unwrap();
+        assert_eq!(c.log.num_partitions, 3);
+        assert_eq!(c.log.durability, DurabilityPolicy::None);
+        assert_eq!(c.listen, "127.0.0.1:9292");
+    }
+
+    #[test]
+    fn bad_relations_are_refused() {
+        let mut c = BrokerConfig::default();
+        c.log.max_message_bytes = c.limits.frame_size_bytes_max;
+        assert!(c.validate().is_err());
+        let mut c = BrokerConfig::default();
+        c.listen = "localhost".into();
+        assert!(c.validate().is_err());
+    }
+}
