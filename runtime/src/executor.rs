@@ -61,6 +61,8 @@ pub struct ExecutorConfig {
     pub spin_before_park_us: u64,
     /// io_uring submission queue depth.
     pub ring_depth: usize,
+    /// Threads in each executor's blocking pool (sendfile of cold data, file metadata calls).
+    pub blocking_threads: usize,
     /// Thread name prefix.
     pub name: String,
 }
@@ -73,6 +75,7 @@ impl Default for ExecutorConfig {
             preempt_timer_ms: 2,
             spin_before_park_us: 0,
             ring_depth: 256,
+            blocking_threads: 4,
             name: "borges-core".to_string(),
         }
     }
@@ -237,11 +240,18 @@ impl<T> Executors<T> {
     }
 }
 
-/// Starts one pinned executor per core and runs `make(core_index)` on each. `make` is called on
-/// the executor's own thread, so the future it returns need not be `Send`.
-pub fn start<F, Fut, T>(config: &ExecutorConfig, make: F) -> Result<Executors<T>, RuntimeError>
+/// Starts one pinned executor per core and runs `make(core_index, state)` on each, where
+/// `state` is produced by `state_for(core_index)` on the calling thread (use it to hand each
+/// core its ends of a [`crate::channel::mesh`]). `make` is called on the executor's own thread,
+/// so the future it returns need not be `Send`.
+pub fn start<S, F, Fut, T>(
+    config: &ExecutorConfig,
+    mut state_for: impl FnMut(usize, usize) -> S,
+    make: F,
+) -> Result<Executors<T>, RuntimeError>
 where
-    F: Fn(usize) -> Fut + Send + Clone + 'static,
+    S: Send + 'static,
+    F: Fn(usize, S) -> Fut + Send + Clone + 'static,
     Fut: Future<Output = T> + 'static,
     T: Send + 'static,
 {
@@ -251,12 +261,16 @@ where
     let mut threads = Vec::with_capacity(cpus.len());
     for (core, &cpu) in cpus.iter().enumerate() {
         let make = make.clone();
+        let state = state_for(core, cpus.len());
         let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(cpu))
             .name(&format!("{}-{core}", config.name))
             .io_memory(locked_memory.io_memory_bytes)
             .ring_depth(config.ring_depth)
             .preempt_timer(Duration::from_millis(config.preempt_timer_ms.max(1)))
-            .spin_before_park(Duration::from_micros(config.spin_before_park_us));
+            .spin_before_park(Duration::from_micros(config.spin_before_park_us))
+            .blocking_thread_pool_placement(glommio::PoolPlacement::Unbound(
+                config.blocking_threads.max(1),
+            ));
         let thread = std::thread::Builder::new()
             .name(format!("{}-{core}", config.name))
             .spawn(move || {
@@ -265,7 +279,7 @@ where
                     cpu,
                     message: e.to_string(),
                 })?;
-                Ok(ex.run(make(core)))
+                Ok(ex.run(make(core, state)))
             })?;
         threads.push(thread);
     }
@@ -309,7 +323,11 @@ mod tests {
             cores: 1,
             ..ExecutorConfig::default()
         };
-        let ex = start(&cfg, |core| async move { core * 10 + 1 }).unwrap();
+        let ex = start(&cfg, |core, cores| (core, cores), |core, (c, n)| async move {
+            assert_eq!(core, c);
+            core * 10 + n
+        })
+        .unwrap();
         let results: Vec<usize> = ex.join().into_iter().map(|r| r.unwrap()).collect();
         assert_eq!(results, vec![1]);
     }

@@ -7,11 +7,15 @@
 //! - [`fs`]: direct-IO files (O_DIRECT through io_uring) and aligned buffers.
 //! - [`time`]: sleeps, timeouts and a monotonic clock.
 //! - [`sync`]: single-core notification primitives.
+//! - [`net`]: TCP listeners and streams, `send_file` that never stalls the core.
+//! - [`channel`]: bounded cross-core channels (a full mesh).
 //!
 //! Types from this crate live on the core that created them unless they say otherwise.
 
+pub mod channel;
 pub mod executor;
 pub mod fs;
+pub mod net;
 pub mod sync;
 pub mod task;
 pub mod time;
