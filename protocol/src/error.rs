@@ -194,6 +194,20 @@ pub enum DecodeError {
         /// Size of the payload region.
         payload_size_bytes: u64,
     },
+    /// Two payload ranges of one request overlap (Produce: every partition owns its bytes).
+    #[error(
+        "payload ranges {first_offset}+{first_length} and {second_offset}+{second_length} overlap"
+    )]
+    PayloadRangeOverlap {
+        /// Start of the earlier range.
+        first_offset: u64,
+        /// Length of the earlier range.
+        first_length: u64,
+        /// Start of the later range.
+        second_offset: u64,
+        /// Length of the later range.
+        second_length: u64,
+    },
     /// The input ended before a complete structure.
     #[error("truncated {what}: need {needed} bytes, have {available}")]
     Truncated {
@@ -207,6 +221,27 @@ pub enum DecodeError {
     /// A record batch is invalid; see [`crate::batch::BatchError`].
     #[error(transparent)]
     Batch(#[from] crate::batch::BatchError),
+}
+
+/// Errors from encoding a frame: a size that does not fit the wire's `u32` fields. Encoding is
+/// otherwise infallible.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// Header + message + payload exceed `u32::MAX` bytes.
+    #[error("frame of {size_bytes} bytes does not fit the u32 frame_size_bytes field")]
+    FrameTooLarge {
+        /// Size the frame would have.
+        size_bytes: u64,
+    },
+    /// A payload range's offset or length does not fit in `u32`.
+    #[error("payload range {offset}+{length} does not fit in u32")]
+    PayloadRangeTooLarge {
+        /// Start of the range inside the payload region.
+        offset: u64,
+        /// Length of the range.
+        length: u64,
+    },
 }
 
 impl DecodeError {

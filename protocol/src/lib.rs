@@ -5,6 +5,7 @@
 //! - [`frame`]: the 24-byte frame header and the sans-IO [`frame::FrameDecoder`].
 //! - [`api`]: API keys and versions; [`api::wire`] holds the generated flatbuffers messages.
 //! - [`batch`]: Kafka RecordBatch v2: validation, record decoding, [`batch::BatchBuilder`].
+//! - [`message`]: verified decoding of flatbuffers messages, payload ranges, frame encoding.
 //! - [`error`]: the wire [`ErrorCode`] enum and the crate's [`DecodeError`].
 //! - [`partitioner`]: Kafka's murmur2 keyed partitioner.
 
@@ -14,6 +15,7 @@ pub mod api;
 pub mod batch;
 pub mod error;
 pub mod frame;
+pub mod message;
 pub mod partitioner;
 pub mod varint;
 
@@ -33,4 +35,4 @@ pub mod varint;
 mod generated;
 
 pub use api::{wire, ApiKey};
-pub use error::{DecodeError, ErrorCode};
+pub use error::{DecodeError, EncodeError, ErrorCode};
