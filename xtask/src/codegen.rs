@@ -173,10 +173,8 @@ impl ScratchDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        let path = std::env::temp_dir().join(format!(
-            "borges-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("borges-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&path).map_err(io(format!("creating {}", path.display())))?;
         Ok(ScratchDir(path))
     }
@@ -214,7 +212,8 @@ pub fn regenerate(workspace_root: &Path) -> Result<(), CodegenError> {
     for (relative, bytes) in read_tree(&scratch.0)? {
         let path = target.join(&relative);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+            std::fs::create_dir_all(parent)
+                .map_err(io(format!("creating {}", parent.display())))?;
         }
         std::fs::write(&path, bytes).map_err(io(format!("writing {}", path.display())))?;
     }
