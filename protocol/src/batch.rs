@@ -181,6 +181,14 @@ pub enum BatchError {
         /// The header's last_offset_delta.
         last_offset_delta: i32,
     },
+    /// base_offset + last_offset_delta overflows an i64.
+    #[error("base_offset {base_offset} + last_offset_delta {last_offset_delta} overflows")]
+    OffsetOverflow {
+        /// The header's base_offset.
+        base_offset: i64,
+        /// The header's last_offset_delta.
+        last_offset_delta: i32,
+    },
     /// The batch is larger than the limit that applies (`max.message.bytes`).
     #[error("record batch of {size_bytes} bytes exceeds the limit of {size_bytes_max} bytes")]
     TooLarge {
@@ -302,6 +310,16 @@ impl BatchHeader {
             return Err(BatchError::UnsupportedMagic(header.magic));
         }
         Compression::from_bits((header.attributes & ATTR_COMPRESSION_MASK) as u8)?;
+        if header
+            .base_offset
+            .checked_add(i64::from(header.last_offset_delta))
+            .is_none()
+        {
+            return Err(BatchError::OffsetOverflow {
+                base_offset: header.base_offset,
+                last_offset_delta: header.last_offset_delta,
+            });
+        }
         if header.records_count < 0
             || header.last_offset_delta < 0
             || (header.records_count > 0 && header.last_offset_delta < header.records_count - 1)
