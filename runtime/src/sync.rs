@@ -63,6 +63,9 @@ impl Future for Changed<'_> {
 /// A counting semaphore for bounding work on one core (in-flight requests, buffer memory).
 pub type Semaphore = glommio::sync::Semaphore;
 
+/// A permit of a [`Semaphore`] held through an `Rc`, released on drop.
+pub type StaticPermit = glommio::sync::StaticPermit;
+
 #[cfg(test)]
 mod tests {
     use super::*;
