@@ -26,6 +26,7 @@
 //! Validation ([`validate`], [`RecordBatch::parse`]) reads the header and checks lengths, magic,
 //! counts and the CRC in place: no copy, no allocation, no panic on any input.
 
+use std::cell::RefCell;
 use std::io::Read;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -46,6 +47,8 @@ pub const BATCH_LENGTH_MIN: i32 = (BATCH_HEADER_SIZE_BYTES - LOG_OVERHEAD_BYTES)
 pub const MAGIC_V2: i8 = 2;
 /// Default limit on the decompressed size of one batch's records.
 pub const DECOMPRESSED_SIZE_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
+/// Largest batch a [`BatchBuilder`] builds: `batch_length` is an `i32`.
+pub const BATCH_SIZE_BYTES_MAX: usize = i32::MAX as usize;
 /// Producer id meaning "no idempotent producer".
 pub const NO_PRODUCER_ID: i64 = -1;
 /// Producer epoch meaning "no idempotent producer".
@@ -203,6 +206,9 @@ pub enum BatchError {
         /// The limit.
         size_bytes_max: u64,
     },
+    /// The records could not be compressed.
+    #[error("compression failed: {0}")]
+    Compression(String),
     /// The compressed block could not be decompressed.
     #[error("decompression failed: {0}")]
     Decompression(String),
@@ -582,7 +588,85 @@ impl RecordBatch {
     }
 }
 
+thread_local! {
+    /// One zstd compression context per thread (per core in the broker), reused across batches:
+    /// creating a context costs more than compressing a 16 KiB batch.
+    static ZSTD_COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(None) };
+    /// One zstd decompression context per thread, reused across batches.
+    static ZSTD_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+/// Compresses the records after the header of `uncompressed` (a batch under construction) into
+/// a new, right-sized buffer that starts with the same header bytes.
+fn compress_zstd(uncompressed: &[u8], level: i32) -> Result<Vec<u8>, BatchError> {
+    let records = &uncompressed[BATCH_HEADER_SIZE_BYTES..];
+    let mut out = Vec::with_capacity(
+        BATCH_HEADER_SIZE_BYTES + zstd::zstd_safe::compress_bound(records.len()),
+    );
+    out.extend_from_slice(&uncompressed[..BATCH_HEADER_SIZE_BYTES]);
+    let compression = |e: std::io::Error| BatchError::Compression(e.to_string());
+    ZSTD_COMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let compressor = match slot.as_mut() {
+            Some((current, compressor)) if *current == level => compressor,
+            _ => {
+                *slot = Some((
+                    level,
+                    zstd::bulk::Compressor::new(level).map_err(compression)?,
+                ));
+                match slot.as_mut() {
+                    Some((_, compressor)) => compressor,
+                    None => unreachable!("just stored"),
+                }
+            }
+        };
+        let mut cursor = std::io::Cursor::new(&mut out);
+        cursor.set_position(BATCH_HEADER_SIZE_BYTES as u64);
+        compressor
+            .compress_to_buffer(records, &mut cursor)
+            .map_err(compression)
+    })?;
+    Ok(out)
+}
+
+/// Decompresses a zstd records section, refusing more than `size_bytes_max` bytes of output.
+/// Fast path: a single frame that declares its content size is inflated in one call into an
+/// exactly-sized buffer with a reused context. Anything else (no declared size, several
+/// frames) streams through a reader capped at the limit.
 fn decompress_zstd(src: &[u8], size_bytes_max: usize) -> Result<Vec<u8>, BatchError> {
+    if let Ok(Some(declared)) = zstd::zstd_safe::get_frame_content_size(src) {
+        if declared > size_bytes_max as u64 {
+            return Err(BatchError::DecompressedTooLarge {
+                size_bytes_max: size_bytes_max as u64,
+            });
+        }
+        if let Some(out) = decompress_zstd_declared(src, declared as usize) {
+            return Ok(out);
+        }
+    }
+    decompress_zstd_stream(src, size_bytes_max)
+}
+
+fn decompress_zstd_declared(src: &[u8], size_bytes: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(size_bytes);
+    ZSTD_DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = zstd::bulk::Decompressor::new().ok();
+        }
+        let decompressor = slot.as_mut()?;
+        match decompressor.decompress_to_buffer(src, &mut out) {
+            Ok(n) if n == size_bytes => Some(()),
+            // Wrong declared size or several frames: let the streaming path decide.
+            _ => None,
+        }
+    })?;
+    Some(out)
+}
+
+fn decompress_zstd_stream(src: &[u8], size_bytes_max: usize) -> Result<Vec<u8>, BatchError> {
     let decoder = zstd::stream::read::Decoder::new(src)
         .map_err(|e| BatchError::Decompression(e.to_string()))?;
     let mut out = Vec::with_capacity(src.len().saturating_mul(4).min(size_bytes_max));
@@ -832,6 +916,7 @@ impl BatchBuilder {
     ) {
         if self.records_count == 0 {
             self.base_timestamp = timestamp;
+            self.max_timestamp = timestamp;
         }
         let body = self.record_body_size(timestamp, key, value, headers);
         self.buf.reserve(body + 5);
@@ -859,15 +944,15 @@ impl BatchBuilder {
         match self.options.compression {
             Compression::None => {}
             Compression::Zstd => {
-                let compressed = zstd::bulk::compress(
-                    &self.buf[BATCH_HEADER_SIZE_BYTES..],
-                    self.options.compression_level,
-                )
-                .map_err(|e| BatchError::Decompression(e.to_string()))?;
-                self.buf.truncate(BATCH_HEADER_SIZE_BYTES);
-                self.buf.extend_from_slice(&compressed);
+                self.buf = compress_zstd(&self.buf, self.options.compression_level)?;
             }
             other => return Err(BatchError::UnsupportedCompression(other)),
+        }
+        if self.buf.len() > BATCH_SIZE_BYTES_MAX {
+            return Err(BatchError::TooLarge {
+                size_bytes: self.buf.len() as u64,
+                size_bytes_max: BATCH_SIZE_BYTES_MAX as u64,
+            });
         }
         let batch_length = (self.buf.len() - LOG_OVERHEAD_BYTES) as i32;
         let mut header = [0u8; BATCH_HEADER_SIZE_BYTES];
@@ -1004,6 +1089,62 @@ mod tests {
             })
         );
         assert_eq!(batch.records(16 << 20).unwrap().len(), 8);
+    }
+
+    /// Replaces the records section of a zstd batch with `section` and fixes length and CRC.
+    fn with_zstd_section(section: &[u8]) -> Bytes {
+        let mut bytes = sample(Compression::Zstd)[..BATCH_HEADER_SIZE_BYTES].to_vec();
+        bytes.extend_from_slice(section);
+        let batch_length = (bytes.len() - LOG_OVERHEAD_BYTES) as i32;
+        bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
+            .copy_from_slice(&batch_length.to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[field::ATTRIBUTES..]);
+        bytes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(bytes)
+    }
+
+    #[test]
+    fn zstd_streams_without_size_and_multi_frame_sections_decode() {
+        let uncompressed = sample(Compression::None).slice(BATCH_HEADER_SIZE_BYTES..);
+        let expected = RecordBatch::parse(sample(Compression::None))
+            .unwrap()
+            .records(1 << 20)
+            .unwrap();
+        // A streaming encoder (as Kafka's Java producer uses) declares no content size.
+        let mut streamed = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        std::io::Write::write_all(&mut streamed, &uncompressed).unwrap();
+        let streamed = streamed.finish().unwrap();
+        assert!(matches!(
+            zstd::zstd_safe::get_frame_content_size(&streamed),
+            Ok(None)
+        ));
+        // Two frames: the first declares only its own size.
+        let (a, b) = uncompressed.split_at(10);
+        let mut two = zstd::bulk::compress(a, 1).unwrap();
+        two.extend_from_slice(&zstd::bulk::compress(b, 1).unwrap());
+        for section in [streamed, two] {
+            let batch = RecordBatch::parse(with_zstd_section(&section)).unwrap();
+            assert_eq!(batch.records(1 << 20).unwrap(), expected);
+            assert_eq!(
+                batch.records(10),
+                Err(BatchError::DecompressedTooLarge { size_bytes_max: 10 })
+            );
+        }
+    }
+
+    #[test]
+    fn zstd_frame_that_understates_its_size_is_still_capped() {
+        let zeros = vec![0u8; 64 * 1024];
+        let mut frame = zstd::bulk::compress(&zeros, 1).unwrap();
+        // Frame header: magic (4), descriptor (1); with a 64 KiB single-segment frame the
+        // content size follows as 2 bytes (value - 256). Claim 1 KiB instead.
+        let descriptor = frame[4];
+        assert_eq!(descriptor >> 6, 1, "2-byte content size field");
+        let single_segment = descriptor & 0x20 != 0;
+        let at = if single_segment { 5 } else { 6 };
+        frame[at..at + 2].copy_from_slice(&(1024u16 - 256).to_le_bytes());
+        let batch = RecordBatch::parse(with_zstd_section(&frame)).unwrap();
+        assert!(batch.records(4096).is_err());
     }
 
     #[test]

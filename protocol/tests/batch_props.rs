@@ -189,7 +189,7 @@ proptest! {
         let mut bad = bytes.to_vec();
         for at in 0..bytes.len() {
             bad[at] ^= flip;
-            let outside_crc = at < field::MAGIC && at >= field::BASE_OFFSET + 8;
+            let outside_crc = (field::BATCH_LENGTH..field::MAGIC).contains(&at);
             let base_offset_byte = at < field::BATCH_LENGTH;
             if !outside_crc && !base_offset_byte {
                 prop_assert!(batch::validate(&bad).is_err(), "byte {} not detected", at);
