@@ -1,0 +1,399 @@
+//! The admin client: topics, configs and offsets.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use borges_protocol::{wire, ApiKey};
+
+use crate::client::ClientCore;
+use crate::codec::obj;
+use crate::codec::{self, decode};
+use crate::config::ClientConfig;
+use crate::error::{check_code, ClientError, Result};
+use crate::types::{
+    AlterConfig, ConfigEntry, ConfigSource, ListedOffset, NewTopic, OffsetSpec, TopicDescription,
+    TopicPartition,
+};
+
+/// Pipelined admin requests a connection may carry.
+const ADMIN_IN_FLIGHT_REQUESTS_MAX: usize = 16;
+
+/// Creates, deletes, describes and lists topics; reads and alters topic configs; looks up
+/// offsets. Cheap to clone; `Send + Sync`.
+///
+/// ```no_run
+/// # async fn example() -> borges_client::Result<()> {
+/// use borges_client::{Admin, AlterConfig, ClientConfig, NewTopic};
+/// let admin = Admin::new(ClientConfig::new("127.0.0.1:9292")).await?;
+/// admin.create_topics(vec![NewTopic::new("orders", 4).config("retention.ms", "86400000")]).await?;
+/// admin.alter_configs("orders", vec![AlterConfig::set("retention.ms", "3600000")]).await?;
+/// for topic in admin.describe_topics(&["orders"]).await? {
+///     println!("{} has {} partitions", topic.name, topic.partitions.len());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Admin {
+    core: Arc<ClientCore>,
+}
+
+impl Admin {
+    /// Connects to a bootstrap broker (fetching the cluster's metadata).
+    pub async fn new(config: ClientConfig) -> Result<Admin> {
+        let core = ClientCore::new(config, ADMIN_IN_FLIGHT_REQUESTS_MAX)?;
+        core.refresh_metadata(Some(&[])).await?;
+        Ok(Admin { core })
+    }
+
+    /// Creates topics. Fails with the first topic's error (the message names the topic);
+    /// topics before it in the list were created.
+    pub async fn create_topics(&self, topics: Vec<NewTopic>) -> Result<()> {
+        let request = obj!(wire::CreateTopicsRequestT {
+            topics: Some(
+                topics
+                    .into_iter()
+                    .map(|t| obj!(wire::CreatableTopicT {
+                        name: t.name,
+                        num_partitions: t.num_partitions,
+                        replication_factor: t.replication_factor,
+                        configs: Some(
+                            t.configs
+                                .into_iter()
+                                .map(|(name, value)| obj!(wire::ConfigEntryT {
+                                    name,
+                                    value: Some(value)
+                                }))
+                                .collect(),
+                        ),
+                    }))
+                    .collect(),
+            ),
+            timeout_ms: self.timeout_ms(),
+            validate_only: false,
+        });
+        let frame = self
+            .core
+            .call_any(ApiKey::CreateTopics, codec::encode(|fbb| request.pack(fbb)))
+            .await?;
+        let response = decode!(CreateTopicsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        for t in response.topics.unwrap_or_default() {
+            check_code(t.error_code, t.error_message).map_err(|e| name_error(e, &t.name))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes topics. Fails with the first topic's error.
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
+        let request = obj!(wire::DeleteTopicsRequestT {
+            topic_names: Some(names.iter().map(|n| n.to_string()).collect()),
+            timeout_ms: self.timeout_ms(),
+        });
+        let frame = self
+            .core
+            .call_any(ApiKey::DeleteTopics, codec::encode(|fbb| request.pack(fbb)))
+            .await?;
+        let response = decode!(DeleteTopicsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        for t in response.topics.unwrap_or_default() {
+            check_code(t.error_code, t.error_message).map_err(|e| name_error(e, &t.name))?;
+        }
+        Ok(())
+    }
+
+    /// Names of every topic except internal ones, sorted.
+    pub async fn list_topics(&self) -> Result<Vec<String>> {
+        Ok(self.list(false).await?)
+    }
+
+    /// Names of every topic, internal ones (`__consumer_offsets`) included, sorted.
+    pub async fn list_all_topics(&self) -> Result<Vec<String>> {
+        Ok(self.list(true).await?)
+    }
+
+    async fn list(&self, internal: bool) -> Result<Vec<String>> {
+        let metadata = self.core.refresh_metadata(None).await?;
+        let mut names: Vec<String> = metadata
+            .topics
+            .values()
+            .filter(|t| t.error.is_none() && (internal || !t.is_internal))
+            .map(|t| t.name.clone())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Describes topics: id, partitions with leader, replicas, ISR and owning core, and every
+    /// config. Fails when a topic does not exist.
+    pub async fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicDescription>> {
+        let wanted: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let metadata = self.core.refresh_metadata(Some(&wanted)).await?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let topic = metadata
+                .topics
+                .get(*name)
+                .ok_or_else(|| ClientError::Broker {
+                    code: borges_protocol::ErrorCode::UnknownTopicOrPartition,
+                    message: Some(format!("topic {name} does not exist")),
+                })?;
+            if let Some(e) = &topic.error {
+                return Err(name_error(e.clone(), name));
+            }
+            out.push(TopicDescription {
+                name: topic.name.clone(),
+                topic_id: topic.topic_id,
+                is_internal: topic.is_internal,
+                partitions: topic.partitions.iter().map(|p| p.info.clone()).collect(),
+                configs: self.describe_configs(name).await?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every config of a topic with its value and source.
+    pub async fn describe_configs(&self, topic: &str) -> Result<Vec<ConfigEntry>> {
+        let request = obj!(wire::DescribeConfigsRequestT {
+            resources: Some(vec![obj!(wire::DescribeConfigsResourceT {
+                resource_type: wire::ConfigResourceType::Topic,
+                resource_name: topic.to_string(),
+                config_names: None,
+            })]),
+            include_documentation: false,
+        });
+        let frame = self
+            .core
+            .call_any(
+                ApiKey::DescribeConfigs,
+                codec::encode(|fbb| request.pack(fbb)),
+            )
+            .await?;
+        let response = decode!(DescribeConfigsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        let result = response
+            .results
+            .unwrap_or_default()
+            .into_iter()
+            .find(|r| r.resource_name == topic)
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("DescribeConfigs response lacks {topic}"))
+            })?;
+        check_code(result.error_code, result.error_message).map_err(|e| name_error(e, topic))?;
+        let mut entries: Vec<ConfigEntry> = result
+            .configs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| ConfigEntry {
+                name: c.name,
+                value: if c.is_sensitive { None } else { c.value },
+                source: config_source(c.source),
+                read_only: c.read_only,
+            })
+            .collect();
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    /// Changes a topic's configs incrementally (set or delete each named config).
+    pub async fn alter_configs(&self, topic: &str, changes: Vec<AlterConfig>) -> Result<()> {
+        let configs = changes
+            .into_iter()
+            .map(|c| match c {
+                AlterConfig::Set(name, value) => obj!(wire::AlterableConfigT {
+                    name,
+                    op: wire::AlterConfigOp::Set,
+                    value: Some(value)
+                }),
+                AlterConfig::Delete(name) => obj!(wire::AlterableConfigT {
+                    name,
+                    op: wire::AlterConfigOp::Delete,
+                    value: None
+                }),
+            })
+            .collect();
+        let request = obj!(wire::AlterConfigsRequestT {
+            resources: Some(vec![obj!(wire::AlterConfigsResourceT {
+                resource_type: wire::ConfigResourceType::Topic,
+                resource_name: topic.to_string(),
+                configs: Some(configs),
+            })]),
+            validate_only: false,
+        });
+        let frame = self
+            .core
+            .call_any(ApiKey::AlterConfigs, codec::encode(|fbb| request.pack(fbb)))
+            .await?;
+        let response = decode!(AlterConfigsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        for r in response.results.unwrap_or_default() {
+            check_code(r.error_code, r.error_message)
+                .map_err(|e| name_error(e, &r.resource_name))?;
+        }
+        Ok(())
+    }
+
+    /// Looks up offsets: earliest, latest (the high watermark), the record with the largest
+    /// timestamp, or the first record at or after a time (offset -1 when there is none).
+    pub async fn list_offsets(
+        &self,
+        queries: Vec<(TopicPartition, OffsetSpec)>,
+    ) -> Result<Vec<ListedOffset>> {
+        list_offsets(&self.core, &queries).await
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        i32::try_from(self.core.config.request_timeout_ms).unwrap_or(i32::MAX)
+    }
+}
+
+/// Prefixes a broker error's message with the resource name when the broker did not say it.
+fn name_error(e: ClientError, name: &str) -> ClientError {
+    match e {
+        ClientError::Broker { code, message } => {
+            let text = message.unwrap_or_else(|| code.description().to_string());
+            let message = if text.contains(name) {
+                text
+            } else {
+                format!("{name}: {text}")
+            };
+            ClientError::Broker {
+                code,
+                message: Some(message),
+            }
+        }
+        other => other,
+    }
+}
+
+fn config_source(source: wire::ConfigSource) -> ConfigSource {
+    match source {
+        wire::ConfigSource::TopicConfig => ConfigSource::Topic,
+        wire::ConfigSource::BrokerConfig => ConfigSource::Broker,
+        wire::ConfigSource::Default => ConfigSource::Default,
+        _ => ConfigSource::Unknown,
+    }
+}
+
+/// ListOffsets for `queries`, sent to any broker (it forwards to the owning cores).
+pub(crate) async fn list_offsets(
+    core: &ClientCore,
+    queries: &[(TopicPartition, OffsetSpec)],
+) -> Result<Vec<ListedOffset>> {
+    let mut by_topic: BTreeMap<&str, Vec<wire::ListOffsetsPartitionT>> = BTreeMap::new();
+    for (tp, spec) in queries {
+        by_topic
+            .entry(&tp.topic)
+            .or_default()
+            .push(obj!(wire::ListOffsetsPartitionT {
+                partition: tp.partition,
+                current_leader_epoch: -1,
+                timestamp: spec.wire_timestamp(),
+            }));
+    }
+    let request = obj!(wire::ListOffsetsRequestT {
+        replica_id: -1,
+        isolation_level: wire::IsolationLevel::ReadUncommitted,
+        topics: Some(
+            by_topic
+                .into_iter()
+                .map(|(name, partitions)| obj!(wire::ListOffsetsTopicT {
+                    name: name.to_string(),
+                    partitions: Some(partitions)
+                }))
+                .collect(),
+        ),
+    });
+    let frame = core
+        .call_any(ApiKey::ListOffsets, codec::encode(|fbb| request.pack(fbb)))
+        .await?;
+    let response = decode!(ListOffsetsResponse, frame)?;
+    parse_list_offsets(response, queries)
+}
+
+/// Matches a ListOffsets response to the queries, in query order.
+pub(crate) fn parse_list_offsets(
+    response: wire::ListOffsetsResponseT,
+    queries: &[(TopicPartition, OffsetSpec)],
+) -> Result<Vec<ListedOffset>> {
+    check_code(response.error_code, response.error_message)?;
+    let topics = response.topics.unwrap_or_default();
+    queries
+        .iter()
+        .map(|(tp, _)| {
+            let p = topics
+                .iter()
+                .filter(|t| t.name == tp.topic)
+                .flat_map(|t| t.partitions.iter().flatten())
+                .find(|p| p.partition == tp.partition)
+                .ok_or_else(|| ClientError::Protocol(format!("ListOffsets response lacks {tp}")))?;
+            check_code(p.error_code, p.error_message.clone())
+                .map_err(|e| name_error(e, &tp.to_string()))?;
+            Ok(ListedOffset {
+                topic_partition: tp.clone(),
+                offset: p.offset,
+                timestamp: p.timestamp,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borges_protocol::ErrorCode;
+
+    #[test]
+    fn list_offsets_response_is_matched_to_queries() {
+        let response = obj!(wire::ListOffsetsResponseT {
+            topics: Some(vec![obj!(wire::ListOffsetsTopicResponseT {
+                name: "t".into(),
+                partitions: Some(vec![
+                    obj!(wire::ListOffsetsPartitionResponseT {
+                        partition: 1,
+                        offset: 10,
+                        timestamp: 5
+                    }),
+                    obj!(wire::ListOffsetsPartitionResponseT {
+                        partition: 0,
+                        offset: -1,
+                        timestamp: -1
+                    }),
+                ]),
+            })])
+        });
+        let queries = vec![
+            (TopicPartition::new("t", 0), OffsetSpec::Timestamp(99)),
+            (TopicPartition::new("t", 1), OffsetSpec::Latest),
+        ];
+        let listed = parse_list_offsets(response.clone(), &queries).unwrap();
+        assert_eq!(listed[0].offset, -1);
+        assert_eq!(listed[1].offset, 10);
+        let missing = vec![(TopicPartition::new("t", 2), OffsetSpec::Latest)];
+        assert!(matches!(
+            parse_list_offsets(response, &missing),
+            Err(ClientError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn partition_errors_name_the_partition() {
+        let response = obj!(wire::ListOffsetsResponseT {
+            topics: Some(vec![obj!(wire::ListOffsetsTopicResponseT {
+                name: "t".into(),
+                partitions: Some(vec![obj!(wire::ListOffsetsPartitionResponseT {
+                    partition: 0,
+                    error_code: ErrorCode::UnknownTopicOrPartition as u16
+                })]),
+            })])
+        });
+        let err = parse_list_offsets(
+            response,
+            &[(TopicPartition::new("t", 0), OffsetSpec::Earliest)],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "UnknownTopicOrPartition: t-0: unknown topic or partition"
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! The state every component shares: configuration, the connection pool and the metadata
+//! cache. `Send + Sync`, used behind an `Arc` by the producer, the consumer and the admin
+//! client (each builds its own, so their connections are independent).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use borges_protocol::frame::Frame;
+use borges_protocol::ApiKey;
+
+use crate::codec;
+use crate::config::ClientConfig;
+use crate::connection::{Connection, Request};
+use crate::error::{ClientError, Result};
+use crate::metadata::ClusterMetadata;
+
+/// Shared client state. The metadata snapshot is an `Arc` swapped under a short lock;
+/// connections are opened lazily, one per `host:port`, and replaced when they die.
+pub(crate) struct ClientCore {
+    pub config: ClientConfig,
+    in_flight_requests_max: usize,
+    pool: tokio::sync::Mutex<HashMap<String, Arc<Connection>>>,
+    metadata: RwLock<Arc<ClusterMetadata>>,
+    refresh: tokio::sync::Mutex<()>,
+    refresh_generation: AtomicU64,
+}
+
+impl ClientCore {
+    /// A client with `in_flight_requests_max` pipelined requests per connection.
+    pub fn new(config: ClientConfig, in_flight_requests_max: usize) -> Result<Arc<ClientCore>> {
+        config.validate()?;
+        Ok(Arc::new(ClientCore {
+            config,
+            in_flight_requests_max,
+            pool: tokio::sync::Mutex::new(HashMap::new()),
+            metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
+            refresh: tokio::sync::Mutex::new(()),
+            refresh_generation: AtomicU64::new(0),
+        }))
+    }
+
+    /// The current metadata snapshot.
+    pub fn metadata(&self) -> Arc<ClusterMetadata> {
+        match self.metadata.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set_metadata(&self, metadata: ClusterMetadata) -> Arc<ClusterMetadata> {
+        let metadata = Arc::new(metadata);
+        match self.metadata.write() {
+            Ok(mut guard) => *guard = metadata.clone(),
+            Err(poisoned) => *poisoned.into_inner() = metadata.clone(),
+        }
+        metadata
+    }
+
+    /// The pooled connection to `addr`, connecting when there is none or it died.
+    pub async fn connection(&self, addr: &str) -> Result<Arc<Connection>> {
+        let mut pool = self.pool.lock().await;
+        if let Some(conn) = pool.get(addr) {
+            if !conn.is_closed() {
+                return Ok(conn.clone());
+            }
+        }
+        let conn = Arc::new(
+            Connection::connect(
+                addr,
+                self.config.connect_timeout_ms,
+                self.in_flight_requests_max,
+                self.config.frame_size_bytes_max,
+            )
+            .await?,
+        );
+        pool.insert(addr.to_string(), conn.clone());
+        Ok(conn)
+    }
+
+    /// Addresses to try for cluster-wide requests: known brokers first, then bootstrap.
+    fn candidate_addrs(&self) -> Vec<String> {
+        let mut addrs = self.metadata().broker_addrs();
+        for b in &self.config.bootstrap {
+            if !addrs.contains(b) {
+                addrs.push(b.clone());
+            }
+        }
+        addrs
+    }
+
+    /// Sends `request` to any reachable broker (known brokers, then bootstrap), returning the
+    /// first response. Only transport failures move on to the next address.
+    pub async fn call_any(&self, api_key: ApiKey, message: Vec<u8>) -> Result<Frame> {
+        let addrs = self.candidate_addrs();
+        let mut last = None;
+        for addr in &addrs {
+            let conn = match self.connection(addr).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            let request = Request::new(api_key, message.clone());
+            match conn.call(request, self.config.request_timeout_ms).await {
+                Err(e @ (ClientError::Io { .. } | ClientError::ConnectionClosed { .. })) => {
+                    last = Some(e)
+                }
+                other => return other,
+            }
+        }
+        Err(ClientError::NoBrokerAvailable {
+            tried: addrs.join(","),
+            last: Box::new(last.unwrap_or(ClientError::InvalidConfig("no bootstrap".into()))),
+        })
+    }
+
+    /// Fetches metadata for `topics` (`None`: all) and merges it into the cache. Concurrent
+    /// callers that asked while a refresh was running reuse its result.
+    pub async fn refresh_metadata(
+        &self,
+        topics: Option<&[String]>,
+    ) -> Result<Arc<ClusterMetadata>> {
+        let seen = self.refresh_generation.load(Ordering::Acquire);
+        let _serialized = self.refresh.lock().await;
+        if self.refresh_generation.load(Ordering::Acquire) != seen
+            && topics.is_some_and(|t| self.covers(t))
+        {
+            return Ok(self.metadata());
+        }
+        let frame = self
+            .call_any(ApiKey::Metadata, codec::metadata_request(topics))
+            .await?;
+        let response = codec::decode!(MetadataResponse, frame)?;
+        let fresh = ClusterMetadata::from_response(response)?;
+        let merged = if topics.is_none() {
+            fresh
+        } else {
+            self.metadata().merged(fresh)
+        };
+        let metadata = self.set_metadata(merged);
+        self.refresh_generation.fetch_add(1, Ordering::AcqRel);
+        Ok(metadata)
+    }
+
+    fn covers(&self, topics: &[String]) -> bool {
+        let metadata = self.metadata();
+        topics.iter().all(|t| metadata.topics.contains_key(t))
+    }
+
+    /// Metadata that knows `topics`, refreshing when one is missing, has an error or has a
+    /// leaderless partition, and waiting with backoff up to `max_block_ms` for them to appear.
+    pub async fn metadata_for(
+        &self,
+        topics: &[String],
+        max_block_ms: u64,
+    ) -> Result<Arc<ClusterMetadata>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(max_block_ms);
+        let mut backoff_ms = 50;
+        loop {
+            let metadata = self.metadata();
+            match usable(&metadata, topics) {
+                Ok(()) => return Ok(metadata),
+                Err(e) if !e.is_retriable() => return Err(e),
+                Err(_) => {}
+            }
+            let metadata = self.refresh_metadata(Some(topics)).await;
+            let error = match metadata {
+                Ok(m) => match usable(&m, topics) {
+                    Ok(()) => return Ok(m),
+                    Err(e) => e,
+                },
+                Err(e) => e,
+            };
+            if !error.is_retriable() || tokio::time::Instant::now() >= deadline {
+                return Err(error);
+            }
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            backoff_ms = (backoff_ms * 2).min(1000);
+        }
+    }
+}
+
+/// Whether `metadata` describes every topic with a leader for each partition.
+fn usable(metadata: &ClusterMetadata, topics: &[String]) -> Result<()> {
+    for topic in topics {
+        let Some(meta) = metadata.topics.get(topic) else {
+            return Err(ClientError::Broker {
+                code: borges_protocol::ErrorCode::UnknownTopicOrPartition,
+                message: Some(format!("topic {topic} is not in the metadata")),
+            });
+        };
+        if let Some(e) = &meta.error {
+            return Err(e.clone());
+        }
+        if meta.partitions.is_empty() || meta.partitions.iter().any(|p| p.info.leader < 0) {
+            return Err(ClientError::Broker {
+                code: borges_protocol::ErrorCode::NotLeaderOrFollower,
+                message: Some(format!("topic {topic} has partitions without a leader")),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,382 @@
+//! Configuration of the client, the producer and the consumer. Every limit is named `*_max`
+//! and carries its unit; [`ClientConfig::validate`], [`ProducerConfig::validate`] and
+//! [`ConsumerConfig::validate`] check them once, when the component is built.
+
+use crate::error::{ClientError, Result};
+
+/// Settings shared by every component: where the cluster is and how to talk to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Bootstrap addresses (`host:port`); any one of them that answers is enough.
+    pub bootstrap: Vec<String>,
+    /// Sent in ApiVersions; shows up in broker logs and group descriptions.
+    pub client_id: String,
+    /// How long a request may wait for its response.
+    pub request_timeout_ms: u64,
+    /// How long a TCP connect may take.
+    pub connect_timeout_ms: u64,
+    /// Metadata older than this is refreshed even without an error asking for it.
+    pub metadata_max_age_ms: u64,
+    /// Send each partition's requests straight to the port of the core that owns it
+    /// (Metadata `brokers[].cores[]` and `partitions[].leader_core`). Off: use the brokers'
+    /// main listeners and let the broker forward across cores.
+    pub shard_aware: bool,
+    /// Largest response frame accepted.
+    pub frame_size_bytes_max: u32,
+}
+
+impl ClientConfig {
+    /// A configuration for the comma-separated bootstrap list `bootstrap` ("h:p,h:p") with
+    /// default settings.
+    pub fn new(bootstrap: &str) -> ClientConfig {
+        ClientConfig {
+            bootstrap: bootstrap
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            ..ClientConfig::default()
+        }
+    }
+
+    /// Sets `client_id`.
+    pub fn client_id(mut self, client_id: impl Into<String>) -> ClientConfig {
+        self.client_id = client_id.into();
+        self
+    }
+
+    /// Sets `request_timeout_ms`.
+    pub fn request_timeout_ms(mut self, ms: u64) -> ClientConfig {
+        self.request_timeout_ms = ms;
+        self
+    }
+
+    /// Sets `shard_aware`.
+    pub fn shard_aware(mut self, shard_aware: bool) -> ClientConfig {
+        self.shard_aware = shard_aware;
+        self
+    }
+
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<()> {
+        if self.bootstrap.is_empty() {
+            return Err(ClientError::InvalidConfig(
+                "bootstrap is empty: give at least one host:port".into(),
+            ));
+        }
+        for address in &self.bootstrap {
+            split_host_port(address)?;
+        }
+        positive("request_timeout_ms", self.request_timeout_ms)?;
+        positive("connect_timeout_ms", self.connect_timeout_ms)?;
+        positive("metadata_max_age_ms", self.metadata_max_age_ms)?;
+        if self.frame_size_bytes_max < borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN {
+            return Err(ClientError::InvalidConfig(format!(
+                "frame_size_bytes_max must be at least {}",
+                borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            bootstrap: vec!["127.0.0.1:9292".to_string()],
+            client_id: "borges-client".to_string(),
+            request_timeout_ms: 30_000,
+            connect_timeout_ms: 10_000,
+            metadata_max_age_ms: 300_000,
+            shard_aware: true,
+            frame_size_bytes_max: borges_protocol::frame::FRAME_SIZE_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Splits `host:port` (IPv6 hosts in brackets: `[::1]:9292`).
+pub(crate) fn split_host_port(address: &str) -> Result<(&str, u16)> {
+    let bad = || ClientError::InvalidConfig(format!("`{address}` is not host:port"));
+    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad());
+    }
+    let port = port.parse::<u16>().map_err(|_| bad())?;
+    Ok((host, port))
+}
+
+fn positive(name: &str, value: u64) -> Result<()> {
+    if value == 0 {
+        return Err(ClientError::InvalidConfig(format!(
+            "{name} must be positive"
+        )));
+    }
+    Ok(())
+}
+
+/// How many acknowledgements a produce request waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Acks {
+    /// `acks=0`: no response; a record counts as delivered once written to the socket, and its
+    /// offset is unknown (-1).
+    None,
+    /// `acks=1`: the leader wrote it to its log device.
+    Leader,
+    /// `acks=all` (-1): the broker's durability policy is satisfied (fsync under `fsync`) and,
+    /// with replication, every in-sync replica has it.
+    #[default]
+    All,
+}
+
+impl Acks {
+    /// The wire value (0, 1, -1).
+    pub fn as_i16(self) -> i16 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+
+    /// Parses `0`, `1`, `all` or `-1`.
+    pub fn parse(text: &str) -> Option<Acks> {
+        match text {
+            "0" => Some(Acks::None),
+            "1" => Some(Acks::Leader),
+            "all" | "-1" => Some(Acks::All),
+            _ => None,
+        }
+    }
+}
+
+/// Compression codec of produced batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Compression {
+    /// Records travel uncompressed.
+    #[default]
+    None,
+    /// zstd (RecordBatch codec 4).
+    Zstd,
+}
+
+impl Compression {
+    pub(crate) fn to_batch(self) -> borges_protocol::batch::Compression {
+        match self {
+            Compression::None => borges_protocol::batch::Compression::None,
+            Compression::Zstd => borges_protocol::batch::Compression::Zstd,
+        }
+    }
+}
+
+/// Producer settings. Defaults follow Kafka's producer where the names match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerConfig {
+    /// Acknowledgement level.
+    pub acks: Acks,
+    /// How long a partition's batch may wait for more records before it is sent.
+    pub linger_ms: u64,
+    /// A batch is sent as soon as it holds this many (uncompressed) bytes.
+    pub batch_size_bytes: usize,
+    /// Codec for batches.
+    pub compression: Compression,
+    /// zstd level.
+    pub compression_level: i32,
+    /// Records buffered but not yet acknowledged may take at most this much memory;
+    /// `send()` waits (backpressure) while the buffer is full.
+    pub buffer_memory_bytes_max: usize,
+    /// How often one batch is retried after retriable errors.
+    pub retries_max: u32,
+    /// First backoff before a retry; doubles per attempt up to `retry_backoff_max_ms`.
+    pub retry_backoff_ms: u64,
+    /// Largest backoff between retries.
+    pub retry_backoff_max_ms: u64,
+    /// Upper bound on the time from `send()` to the record's success or failure, retries
+    /// included.
+    pub delivery_timeout_ms: u64,
+    /// Produce requests a connection may have outstanding. With more than one, a retried
+    /// batch can land after a later batch of the same partition (as in Kafka without
+    /// idempotence); set 1 to keep order through retries.
+    pub in_flight_requests_per_connection_max: usize,
+    /// Largest produce request (frame) the producer builds; also the largest record.
+    pub request_size_bytes_max: usize,
+    /// How long `send()` may wait for the topic's metadata (and for buffer memory).
+    pub max_block_ms: u64,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            acks: Acks::All,
+            linger_ms: 5,
+            batch_size_bytes: 64 * 1024,
+            compression: Compression::None,
+            compression_level: 3,
+            buffer_memory_bytes_max: 64 << 20,
+            retries_max: u32::MAX,
+            retry_backoff_ms: 100,
+            retry_backoff_max_ms: 1_000,
+            delivery_timeout_ms: 120_000,
+            in_flight_requests_per_connection_max: 5,
+            request_size_bytes_max: 4 << 20,
+            max_block_ms: 60_000,
+        }
+    }
+}
+
+impl ProducerConfig {
+    /// Checks the settings and the relations between them.
+    pub fn validate(&self) -> Result<()> {
+        positive("batch_size_bytes", self.batch_size_bytes as u64)?;
+        positive(
+            "in_flight_requests_per_connection_max",
+            self.in_flight_requests_per_connection_max as u64,
+        )?;
+        positive("delivery_timeout_ms", self.delivery_timeout_ms)?;
+        positive("retry_backoff_max_ms", self.retry_backoff_max_ms)?;
+        if self.request_size_bytes_max < 4096 {
+            return Err(ClientError::InvalidConfig(
+                "request_size_bytes_max must be at least 4096".into(),
+            ));
+        }
+        if self.buffer_memory_bytes_max < self.batch_size_bytes {
+            return Err(ClientError::InvalidConfig(format!(
+                "buffer_memory_bytes_max ({}) must be at least batch_size_bytes ({})",
+                self.buffer_memory_bytes_max, self.batch_size_bytes
+            )));
+        }
+        if self.retry_backoff_ms > self.retry_backoff_max_ms {
+            return Err(ClientError::InvalidConfig(
+                "retry_backoff_ms must not exceed retry_backoff_max_ms".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where a consumer starts when it has no valid position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OffsetReset {
+    /// The log start offset.
+    Earliest,
+    /// The high watermark: only new records.
+    #[default]
+    Latest,
+    /// No reset: `poll()` returns `OffsetOutOfRange`.
+    None,
+}
+
+/// Consumer settings. Defaults follow Kafka's consumer where the names match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// How long the broker may hold a fetch waiting for `fetch_min_bytes`.
+    pub fetch_max_wait_ms: u64,
+    /// The broker answers once it has this many bytes (or `fetch_max_wait_ms` passed).
+    pub fetch_min_bytes: u32,
+    /// Largest fetch response requested.
+    pub fetch_max_bytes: u32,
+    /// Largest amount of data requested per partition (one whole batch is returned even when
+    /// it is larger).
+    pub partition_fetch_bytes_max: u32,
+    /// Where to start without a valid position.
+    pub auto_offset_reset: OffsetReset,
+    /// Records returned by one `poll()` at most.
+    pub max_poll_records: usize,
+    /// Limit on one batch's decompressed records (decompression bomb guard).
+    pub decompressed_batch_size_bytes_max: usize,
+    /// Group mode: the consumer group to join (arrives with the consumer-group issue; set it
+    /// and `Consumer::new` reports `Unsupported`).
+    pub group_id: Option<String>,
+    /// Group mode: commit positions periodically.
+    pub enable_auto_commit: bool,
+    /// Group mode: commit period.
+    pub auto_commit_interval_ms: u64,
+    /// Group mode: a member that does not heartbeat for this long is removed.
+    pub session_timeout_ms: u64,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            fetch_max_wait_ms: 500,
+            fetch_min_bytes: 1,
+            fetch_max_bytes: 50 << 20,
+            partition_fetch_bytes_max: 1 << 20,
+            auto_offset_reset: OffsetReset::Latest,
+            max_poll_records: 500,
+            decompressed_batch_size_bytes_max:
+                borges_protocol::batch::DECOMPRESSED_SIZE_BYTES_MAX_DEFAULT,
+            group_id: None,
+            enable_auto_commit: true,
+            auto_commit_interval_ms: 5_000,
+            session_timeout_ms: 45_000,
+        }
+    }
+}
+
+impl ConsumerConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<()> {
+        positive("fetch_max_bytes", u64::from(self.fetch_max_bytes))?;
+        positive(
+            "partition_fetch_bytes_max",
+            u64::from(self.partition_fetch_bytes_max),
+        )?;
+        positive("max_poll_records", self.max_poll_records as u64)?;
+        if self.fetch_max_wait_ms > i32::MAX as u64 {
+            return Err(ClientError::InvalidConfig(
+                "fetch_max_wait_ms too large".into(),
+            ));
+        }
+        if self.fetch_max_bytes > i32::MAX as u32
+            || self.partition_fetch_bytes_max > i32::MAX as u32
+        {
+            return Err(ClientError::InvalidConfig(
+                "fetch sizes must fit in i32".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_list_is_split_and_checked() {
+        let c = ClientConfig::new(" a:1 ,b:2,,[::1]:3");
+        assert_eq!(c.bootstrap, vec!["a:1", "b:2", "[::1]:3"]);
+        c.validate().unwrap();
+        assert_eq!(split_host_port("[::1]:3").unwrap(), ("::1", 3));
+        assert!(ClientConfig::new("nohost").validate().is_err());
+        assert!(ClientConfig::new("h:99999").validate().is_err());
+        assert!(ClientConfig::new("").validate().is_err());
+    }
+
+    #[test]
+    fn acks_parse_and_wire_values() {
+        assert_eq!(Acks::parse("all"), Some(Acks::All));
+        assert_eq!(Acks::parse("-1").map(Acks::as_i16), Some(-1));
+        assert_eq!(Acks::parse("0").map(Acks::as_i16), Some(0));
+        assert_eq!(Acks::parse("1").map(Acks::as_i16), Some(1));
+        assert_eq!(Acks::parse("2"), None);
+    }
+
+    #[test]
+    fn producer_config_relations_are_checked() {
+        ProducerConfig::default().validate().unwrap();
+        let small_buffer = ProducerConfig {
+            buffer_memory_bytes_max: 10,
+            ..ProducerConfig::default()
+        };
+        assert!(small_buffer.validate().is_err());
+        let backoff = ProducerConfig {
+            retry_backoff_ms: 10_000,
+            ..ProducerConfig::default()
+        };
+        assert!(backoff.validate().is_err());
+        ConsumerConfig::default().validate().unwrap();
+    }
+}

@@ -1,0 +1,574 @@
+//! One TCP connection to one broker core, pipelined.
+//!
+//! A connection is two tokio tasks: the writer takes queued requests in order, registers the
+//! ones that expect a response with the reader (before their bytes hit the socket), and writes
+//! many frames with one vectored write; the reader decodes response frames and completes the
+//! oldest registered request with each (the broker answers in request order). The number of
+//! requests outstanding is bounded by `in_flight_requests_max` (a semaphore whose permit travels
+//! with the request and is dropped when its response arrives).
+//!
+//! A failure on either side closes the connection: every queued and outstanding request is
+//! completed with [`ClientError::ConnectionClosed`] or the IO error, and the pool replaces the
+//! connection on next use.
+
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use borges_protocol::frame::{Frame, FrameDecoder, FrameHeader, FRAME_HEADER_SIZE_BYTES};
+use borges_protocol::{wire, ApiKey};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+
+use crate::error::{ClientError, Result};
+
+/// Frames the writer coalesces into one vectored write at most.
+const WRITE_COALESCE_FRAMES_MAX: usize = 64;
+/// IO slices handed to one `writev` at most (Linux `IOV_MAX` is 1024).
+const WRITE_IOVECS_MAX: usize = 256;
+/// Initial read buffer; grows to the size of the largest frame seen.
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// Requests queued for the writer beyond the in-flight ones.
+const WRITE_QUEUE_DEPTH_MAX: usize = 1024;
+
+/// What a submitted request resolves to: the response frame, or `None` for requests that get
+/// no response (produce with `acks=0`), once written.
+pub(crate) type Reply = Result<Option<Frame>>;
+
+/// A request ready to be written.
+pub(crate) struct Request {
+    /// API key.
+    pub api_key: ApiKey,
+    /// The finished flatbuffers message.
+    pub message: Vec<u8>,
+    /// The raw payload region, as chunks written back to back (record batches).
+    pub payload: Vec<Bytes>,
+    /// False for produce with `acks=0`.
+    pub expect_response: bool,
+}
+
+impl Request {
+    /// A request with a message and no payload.
+    pub fn new(api_key: ApiKey, message: Vec<u8>) -> Request {
+        Request {
+            api_key,
+            message,
+            payload: Vec::new(),
+            expect_response: true,
+        }
+    }
+}
+
+struct Outgoing {
+    chunks: Vec<Bytes>,
+    correlation_id: u32,
+    expect_response: bool,
+    reply: oneshot::Sender<Reply>,
+    _permit: OwnedSemaphorePermit,
+}
+
+struct Pending {
+    correlation_id: u32,
+    reply: oneshot::Sender<Reply>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Shared by the handle and both tasks: set once, when the connection dies.
+struct Shutdown {
+    closed: AtomicBool,
+    notify: Notify,
+}
+
+impl Shutdown {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// A pipelined connection to one `host:port`. Cheap to share (`Arc`); `Send + Sync`.
+pub(crate) struct Connection {
+    addr: String,
+    queue: mpsc::Sender<Outgoing>,
+    in_flight: Arc<Semaphore>,
+    next_correlation_id: AtomicU32,
+    shutdown: Arc<Shutdown>,
+}
+
+impl Connection {
+    /// Connects to `addr` within `connect_timeout_ms` and starts the writer and reader tasks.
+    pub async fn connect(
+        addr: &str,
+        connect_timeout_ms: u64,
+        in_flight_requests_max: usize,
+        frame_size_bytes_max: u32,
+    ) -> Result<Connection> {
+        let connect = TcpStream::connect(addr);
+        let stream = tokio::time::timeout(Duration::from_millis(connect_timeout_ms), connect)
+            .await
+            .map_err(|_| ClientError::Timeout {
+                what: "connect",
+                timeout_ms: connect_timeout_ms,
+            })?
+            .map_err(|e| ClientError::io(addr, e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| ClientError::io(addr, e))?;
+        let (read_half, write_half) = stream.into_split();
+        let (queue, queue_rx) = mpsc::channel(WRITE_QUEUE_DEPTH_MAX);
+        let (pending_tx, pending_rx) = mpsc::unbounded_channel();
+        let shutdown = Arc::new(Shutdown {
+            closed: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        tokio::spawn(write_loop(
+            write_half,
+            queue_rx,
+            pending_tx,
+            shutdown.clone(),
+            addr.to_string(),
+        ));
+        tokio::spawn(read_loop(
+            read_half,
+            pending_rx,
+            FrameDecoder::new(frame_size_bytes_max),
+            shutdown.clone(),
+            addr.to_string(),
+        ));
+        Ok(Connection {
+            addr: addr.to_string(),
+            queue,
+            in_flight: Arc::new(Semaphore::new(in_flight_requests_max.max(1))),
+            next_correlation_id: AtomicU32::new(1),
+            shutdown,
+        })
+    }
+
+    /// Whether the connection has died (the pool then opens a new one).
+    pub fn is_closed(&self) -> bool {
+        self.shutdown.is_closed() || self.queue.is_closed()
+    }
+
+    /// Queues `request` behind the ones already submitted on this connection, waiting for an
+    /// in-flight slot first. The returned receiver resolves to the response.
+    pub async fn submit(&self, request: Request) -> Result<oneshot::Receiver<Reply>> {
+        let permit = self
+            .in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| self.closed_error())?;
+        if self.is_closed() {
+            return Err(self.closed_error());
+        }
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let header = FrameHeader::new(
+            request.api_key as u16,
+            request.api_key.max_version(),
+            0,
+            correlation_id,
+            request.message.len(),
+            request.payload.iter().map(Bytes::len).sum(),
+        )
+        .ok_or_else(|| ClientError::InvalidArgument("request larger than 4 GiB".into()))?;
+        let mut head = BytesMut::with_capacity(FRAME_HEADER_SIZE_BYTES + request.message.len());
+        head.extend_from_slice(&header.to_bytes());
+        head.extend_from_slice(&request.message);
+        let mut chunks = Vec::with_capacity(1 + request.payload.len());
+        chunks.push(head.freeze());
+        chunks.extend(request.payload);
+        let (reply, receiver) = oneshot::channel();
+        let outgoing = Outgoing {
+            chunks,
+            correlation_id,
+            expect_response: request.expect_response,
+            reply,
+            _permit: permit,
+        };
+        self.queue
+            .send(outgoing)
+            .await
+            .map_err(|_| self.closed_error())?;
+        Ok(receiver)
+    }
+
+    /// Sends `request` and waits up to `timeout_ms` for its response.
+    pub async fn call(&self, request: Request, timeout_ms: u64) -> Result<Frame> {
+        let receiver = self.submit(request).await?;
+        let frame = await_reply(receiver, timeout_ms, &self.addr).await?;
+        frame.ok_or_else(|| ClientError::Protocol("no response frame".into()))
+    }
+
+    fn closed_error(&self) -> ClientError {
+        ClientError::ConnectionClosed {
+            addr: self.addr.clone(),
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.shutdown.close();
+    }
+}
+
+/// Waits for a submitted request's reply within `timeout_ms`.
+pub(crate) async fn await_reply(
+    receiver: oneshot::Receiver<Reply>,
+    timeout_ms: u64,
+    addr: &str,
+) -> Reply {
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), receiver).await {
+        Err(_) => Err(ClientError::Timeout {
+            what: "request",
+            timeout_ms,
+        }),
+        Ok(Err(_)) => Err(ClientError::ConnectionClosed {
+            addr: addr.to_string(),
+        }),
+        Ok(Ok(reply)) => reply,
+    }
+}
+
+async fn write_loop(
+    mut socket: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Outgoing>,
+    pending: mpsc::UnboundedSender<Pending>,
+    shutdown: Arc<Shutdown>,
+    addr: String,
+) {
+    let mut batch = Vec::with_capacity(WRITE_COALESCE_FRAMES_MAX);
+    let mut written = Vec::with_capacity(WRITE_COALESCE_FRAMES_MAX);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let failure = loop {
+        let received = tokio::select! {
+            n = queue.recv_many(&mut batch, WRITE_COALESCE_FRAMES_MAX) => n,
+            _ = shutdown.wait() => break ClientError::ConnectionClosed { addr: addr.clone() },
+        };
+        if received == 0 {
+            break ClientError::ConnectionClosed { addr: addr.clone() };
+        }
+        for outgoing in batch.drain(..) {
+            chunks.extend(outgoing.chunks);
+            if outgoing.expect_response {
+                let entry = Pending {
+                    correlation_id: outgoing.correlation_id,
+                    reply: outgoing.reply,
+                    _permit: outgoing._permit,
+                };
+                if let Err(mpsc::error::SendError(entry)) = pending.send(entry) {
+                    let _ = entry
+                        .reply
+                        .send(Err(ClientError::ConnectionClosed { addr: addr.clone() }));
+                }
+            } else {
+                written.push((outgoing.reply, outgoing._permit));
+            }
+        }
+        if let Err(e) = write_chunks(&mut socket, &mut chunks).await {
+            for (reply, _permit) in written.drain(..) {
+                let _ = reply.send(Err(ClientError::io(&addr, clone_io(&e))));
+            }
+            break ClientError::io(&addr, e);
+        }
+        for (reply, _permit) in written.drain(..) {
+            let _ = reply.send(Ok(None));
+        }
+    };
+    shutdown.close();
+    queue.close();
+    while let Ok(outgoing) = queue.try_recv() {
+        let _ = outgoing.reply.send(Err(failure.clone()));
+    }
+    let _ = socket.shutdown().await;
+}
+
+fn clone_io(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
+}
+
+/// Writes every chunk, in order, with vectored writes; empties `chunks`.
+async fn write_chunks(socket: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < chunks.len() {
+        let slices: Vec<IoSlice<'_>> = chunks[first..]
+            .iter()
+            .take(WRITE_IOVECS_MAX)
+            .map(|c| IoSlice::new(c))
+            .collect();
+        let mut n = socket.write_vectored(&slices).await?;
+        drop(slices);
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let chunk = &mut chunks[first];
+            let take = n.min(chunk.len());
+            chunk.advance(take);
+            n -= take;
+            if chunk.is_empty() {
+                first += 1;
+            }
+        }
+        while first < chunks.len() && chunks[first].is_empty() {
+            first += 1;
+        }
+    }
+    chunks.clear();
+    Ok(())
+}
+
+async fn read_loop(
+    mut socket: OwnedReadHalf,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+    mut decoder: FrameDecoder,
+    shutdown: Arc<Shutdown>,
+    addr: String,
+) {
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let failure = loop {
+        match dispatch_frames(&mut decoder, &mut buf, &mut pending, &addr) {
+            Ok(()) => {}
+            Err(e) => break e,
+        }
+        let wanted = decoder
+            .frame_size_bytes_next()
+            .unwrap_or(READ_BUFFER_BYTES)
+            .max(READ_BUFFER_BYTES);
+        if buf.capacity() - buf.len() < wanted.saturating_sub(buf.len()).max(4096) {
+            buf.reserve(wanted.saturating_sub(buf.len()).max(4096));
+        }
+        let read = tokio::select! {
+            r = socket.read_buf(&mut buf) => r,
+            _ = shutdown.wait() => break ClientError::ConnectionClosed { addr: addr.clone() },
+        };
+        match read {
+            Ok(0) => break ClientError::ConnectionClosed { addr: addr.clone() },
+            Ok(_) => {}
+            Err(e) => break ClientError::io(&addr, e),
+        }
+    };
+    shutdown.close();
+    pending.close();
+    while let Ok(entry) = pending.try_recv() {
+        let _ = entry.reply.send(Err(failure.clone()));
+    }
+}
+
+/// Completes the oldest outstanding request with each complete frame in `buf`.
+fn dispatch_frames(
+    decoder: &mut FrameDecoder,
+    buf: &mut BytesMut,
+    pending: &mut mpsc::UnboundedReceiver<Pending>,
+    addr: &str,
+) -> Result<()> {
+    while let Some(frame) = decoder.decode(buf)? {
+        if !frame.header.is_response() {
+            return Err(ClientError::Protocol(format!(
+                "{addr} sent a frame without the response flag"
+            )));
+        }
+        let Ok(entry) = pending.try_recv() else {
+            return Err(unexpected_frame(&frame, addr));
+        };
+        if entry.correlation_id != frame.header.correlation_id {
+            let error = unexpected_frame(&frame, addr);
+            let _ = entry.reply.send(Err(error.clone()));
+            return Err(error);
+        }
+        let reply = if frame.header.is_error() {
+            Err(error_response(&frame))
+        } else {
+            Ok(Some(frame))
+        };
+        let _ = entry.reply.send(reply);
+    }
+    Ok(())
+}
+
+/// A frame nobody waits for: a connection-level ErrorResponse (the broker closes after it) or a
+/// protocol violation.
+fn unexpected_frame(frame: &Frame, addr: &str) -> ClientError {
+    if frame.header.is_error() {
+        return error_response(frame);
+    }
+    ClientError::Protocol(format!(
+        "{addr} answered correlation id {} that no request is waiting for",
+        frame.header.correlation_id
+    ))
+}
+
+/// Decodes the `ErrorResponse` of a frame with `FLAG_ERROR`.
+pub(crate) fn error_response(frame: &Frame) -> ClientError {
+    match flatbuffers::root::<wire::ErrorResponse>(&frame.message) {
+        Ok(e) => ClientError::from_code(e.error_code(), e.error_message().map(str::to_string))
+            .unwrap_or_else(|| ClientError::Protocol("ErrorResponse without an error code".into())),
+        Err(e) => ClientError::Protocol(format!("undecodable ErrorResponse: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borges_protocol::frame::{encode_frame, FLAG_ERROR, FLAG_RESPONSE};
+    use borges_protocol::ErrorCode;
+    use tokio::net::TcpListener;
+
+    fn error_message(code: ErrorCode, text: &str) -> Vec<u8> {
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let msg = fbb.create_string(text);
+        let root = wire::ErrorResponse::create(
+            &mut fbb,
+            &wire::ErrorResponseArgs {
+                error_code: code as u16,
+                error_message: Some(msg),
+            },
+        );
+        fbb.finish_minimal(root);
+        fbb.finished_data().to_vec()
+    }
+
+    /// A loopback peer that echoes each request's payload back as the response payload,
+    /// answers api key 4 (UnsupportedApi) with an ErrorResponse, and never answers frames with
+    /// empty messages.
+    async fn echo_peer() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut decoder = FrameDecoder::new(1 << 20);
+            let mut buf = BytesMut::new();
+            loop {
+                while let Some(frame) = decoder.decode(&mut buf).unwrap() {
+                    let h = frame.header;
+                    if frame.message.is_empty() {
+                        continue;
+                    }
+                    let out = if h.api_key == 4 {
+                        let m = error_message(ErrorCode::UnsupportedApi, "no such api");
+                        encode_frame(
+                            h.api_key,
+                            h.api_version,
+                            FLAG_RESPONSE | FLAG_ERROR,
+                            h.correlation_id,
+                            &m,
+                            b"",
+                        )
+                    } else {
+                        encode_frame(
+                            h.api_key,
+                            h.api_version,
+                            FLAG_RESPONSE,
+                            h.correlation_id,
+                            &frame.message,
+                            &frame.payload,
+                        )
+                    };
+                    socket.write_all(&out.unwrap()).await.unwrap();
+                }
+                if socket.read_buf(&mut buf).await.unwrap() == 0 {
+                    return;
+                }
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn pipelined_requests_complete_in_order_with_their_payloads() {
+        let addr = echo_peer().await;
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        let mut receivers = Vec::new();
+        for i in 0..100u32 {
+            let mut request = Request::new(ApiKey::Metadata, vec![1, 2, 3]);
+            request.payload = vec![
+                Bytes::from(i.to_le_bytes().to_vec()),
+                Bytes::from_static(b"xy"),
+            ];
+            receivers.push(conn.submit(request).await.unwrap());
+        }
+        for (i, r) in receivers.into_iter().enumerate() {
+            let frame = await_reply(r, 5000, &addr).await.unwrap().unwrap();
+            assert_eq!(&frame.payload[..4], &(i as u32).to_le_bytes());
+            assert_eq!(&frame.payload[4..], b"xy");
+            assert_eq!(frame.header.correlation_id, i as u32 + 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn error_response_maps_to_typed_error_and_no_response_requests_complete_on_write() {
+        let addr = echo_peer().await;
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        let err = conn
+            .call(Request::new(ApiKey::DescribeConfigs, vec![9]), 5000)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::UnsupportedApi));
+        assert_eq!(err.to_string(), "UnsupportedApi: no such api");
+        let mut silent = Request::new(ApiKey::Produce, Vec::new());
+        silent.expect_response = false;
+        let reply = conn.submit(silent).await.unwrap().await.unwrap().unwrap();
+        assert!(reply.is_none());
+        // The connection still works after both.
+        let frame = conn
+            .call(Request::new(ApiKey::Metadata, vec![7]), 5000)
+            .await
+            .unwrap();
+        assert_eq!(&frame.message[..], &[7]);
+    }
+
+    #[tokio::test]
+    async fn peer_closing_fails_outstanding_requests_and_marks_the_connection_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 64];
+            let _ = socket.read(&mut buf).await;
+            drop(socket);
+        });
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        let err = conn
+            .call(Request::new(ApiKey::Metadata, vec![1]), 5000)
+            .await
+            .unwrap_err();
+        assert!(err.is_retriable(), "{err}");
+        assert!(conn.is_closed());
+        assert!(conn
+            .submit(Request::new(ApiKey::Metadata, vec![1]))
+            .await
+            .is_err());
+    }
+
+    #[tokio::test]
+    async fn connect_refused_is_a_retriable_io_error() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let err = Connection::connect(&format!("127.0.0.1:{port}"), 1000, 1, 1 << 20)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(err, ClientError::Io { .. }));
+        assert!(err.is_retriable());
+    }
+}

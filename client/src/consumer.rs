@@ -1,0 +1,716 @@
+//! The consumer: assigned partitions, positions, pipelined fetches, record decoding.
+//!
+//! Each poll keeps one fetch in flight per destination (the core that owns the partitions):
+//! as soon as a response arrives, the next fetch for that core goes out from the positions
+//! after its batches, before the application sees the records, so the network and the broker
+//! work while the application processes. Responses are decoded lazily: at most one undecoded
+//! response per core waits behind the records already buffered.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use borges_protocol::batch::RecordBatch;
+use borges_protocol::{wire, ApiKey, ErrorCode};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::admin::list_offsets;
+use crate::client::ClientCore;
+use crate::codec::obj;
+use crate::codec::{self, decode};
+use crate::config::{ClientConfig, ConsumerConfig, OffsetReset};
+use crate::connection::{await_reply, Reply, Request};
+use crate::error::{check_code, ClientError, Result};
+use crate::types::{ConsumerRecord, Offset, OffsetSpec, TopicPartition};
+
+/// Pipelined requests per consumer connection (one fetch plus offset lookups).
+const CONSUMER_IN_FLIGHT_REQUESTS_MAX: usize = 4;
+
+/// Callbacks for group mode (arrives with the consumer-group issue): the group coordinator
+/// assigns partitions to members; a member hears about changes through this listener.
+pub trait RebalanceListener: Send {
+    /// Partitions newly assigned to this member; called before records of them are returned.
+    fn on_partitions_assigned(&mut self, partitions: &[TopicPartition]);
+    /// Partitions taken away; called before they go, so the member can commit its positions.
+    fn on_partitions_revoked(&mut self, partitions: &[TopicPartition]);
+}
+
+struct PartitionState {
+    topic: Arc<str>,
+    /// The next offset `poll()` returns; `None` until reset by `auto_offset_reset`.
+    position: Option<i64>,
+    /// The next offset to fetch (ahead of `position` by what is buffered).
+    fetch_position: i64,
+    /// Bumped by seek and reset, so that fetches sent before are ignored.
+    generation: u64,
+    /// Records of this partition in the buffer.
+    buffered: usize,
+    high_watermark: i64,
+}
+
+/// What one fetch asked for, to check its response against.
+struct SentFetch {
+    addr: String,
+    partitions: Vec<(TopicPartition, u64, i64)>,
+}
+
+struct FetchDone {
+    sent: SentFetch,
+    reply: Reply,
+}
+
+/// Reads records from assigned partitions. Not `Clone`; `poll` takes `&mut self`. `Send`.
+///
+/// ```no_run
+/// # async fn example() -> borges_client::Result<()> {
+/// use borges_client::{ClientConfig, Consumer, ConsumerConfig, Offset, TopicPartition};
+/// use std::time::Duration;
+/// let mut consumer = Consumer::new(ClientConfig::new("127.0.0.1:9292"), ConsumerConfig::default()).await?;
+/// let tp = TopicPartition::new("orders", 0);
+/// consumer.assign(vec![tp.clone()]).await?;
+/// consumer.seek(&tp, Offset::Timestamp(1_700_000_000_000)).await?;
+/// loop {
+///     for record in consumer.poll(Duration::from_millis(500)).await? {
+///         println!("{}@{}: {:?}", record.partition, record.offset, record.value);
+///     }
+/// }
+/// # }
+/// ```
+pub struct Consumer {
+    core: Arc<ClientCore>,
+    config: ConsumerConfig,
+    partitions: BTreeMap<TopicPartition, PartitionState>,
+    buffered: VecDeque<ConsumerRecord>,
+    in_flight: HashMap<String, ()>,
+    completed: VecDeque<FetchDone>,
+    results_tx: mpsc::UnboundedSender<FetchDone>,
+    results_rx: mpsc::UnboundedReceiver<FetchDone>,
+    retry_at: Option<Instant>,
+    refresh_needed: bool,
+}
+
+impl Consumer {
+    /// Connects to a bootstrap broker. Group mode (`group_id`) is not available yet and is
+    /// refused with `Unsupported`.
+    pub async fn new(client: ClientConfig, config: ConsumerConfig) -> Result<Consumer> {
+        config.validate()?;
+        if let Some(group) = &config.group_id {
+            return Err(group_unsupported(group));
+        }
+        let core = ClientCore::new(client, CONSUMER_IN_FLIGHT_REQUESTS_MAX)?;
+        core.refresh_metadata(Some(&[])).await?;
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        Ok(Consumer {
+            core,
+            config,
+            partitions: BTreeMap::new(),
+            buffered: VecDeque::new(),
+            in_flight: HashMap::new(),
+            completed: VecDeque::new(),
+            results_tx,
+            results_rx,
+            retry_at: None,
+            refresh_needed: false,
+        })
+    }
+
+    /// Every partition of `topic`, from fresh metadata.
+    pub async fn partitions_for(&self, topic: &str) -> Result<Vec<TopicPartition>> {
+        let topics = [topic.to_string()];
+        let metadata = self
+            .core
+            .metadata_for(&topics, self.core.config.request_timeout_ms)
+            .await?;
+        let meta = &metadata.topics[topic];
+        Ok(meta
+            .partitions
+            .iter()
+            .map(|p| TopicPartition::new(topic, p.info.partition))
+            .collect())
+    }
+
+    /// Reads exactly these partitions from now on. Partitions kept from the previous
+    /// assignment keep their positions; new ones start per `auto_offset_reset` unless sought.
+    pub async fn assign(&mut self, partitions: Vec<TopicPartition>) -> Result<()> {
+        let mut topics: Vec<String> = partitions.iter().map(|tp| tp.topic.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        let metadata = self
+            .core
+            .metadata_for(&topics, self.core.config.request_timeout_ms)
+            .await?;
+        for tp in &partitions {
+            if metadata
+                .topics
+                .get(&tp.topic)
+                .and_then(|t| t.partition(tp.partition))
+                .is_none()
+            {
+                return Err(ClientError::InvalidArgument(format!(
+                    "partition {tp} does not exist"
+                )));
+            }
+        }
+        let mut next = BTreeMap::new();
+        for tp in partitions {
+            let state = self
+                .partitions
+                .remove(&tp)
+                .unwrap_or_else(|| PartitionState {
+                    topic: tp.topic.as_str().into(),
+                    position: None,
+                    fetch_position: 0,
+                    generation: 0,
+                    buffered: 0,
+                    high_watermark: -1,
+                });
+            next.insert(tp, state);
+        }
+        self.partitions = next;
+        let partitions = &self.partitions;
+        self.buffered
+            .retain(|r| partitions.contains_key(&TopicPartition::new(&*r.topic, r.partition)));
+        Ok(())
+    }
+
+    /// The assigned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.partitions.keys().cloned().collect()
+    }
+
+    /// Moves the position of an assigned partition. Timestamps resolve to the first record at
+    /// or after the time (the end of the log when there is none).
+    pub async fn seek(&mut self, tp: &TopicPartition, offset: Offset) -> Result<()> {
+        if !self.partitions.contains_key(tp) {
+            return Err(ClientError::InvalidArgument(format!(
+                "partition {tp} is not assigned"
+            )));
+        }
+        let position = match offset {
+            Offset::At(o) if o >= 0 => o,
+            Offset::At(o) => {
+                return Err(ClientError::InvalidArgument(format!(
+                    "offset {o} is negative"
+                )))
+            }
+            Offset::Beginning => self.lookup(tp, OffsetSpec::Earliest).await?,
+            Offset::End => self.lookup(tp, OffsetSpec::Latest).await?,
+            Offset::Timestamp(ms) => match self.lookup(tp, OffsetSpec::Timestamp(ms)).await? {
+                -1 => self.lookup(tp, OffsetSpec::Latest).await?,
+                o => o,
+            },
+        };
+        self.set_position(tp, position);
+        Ok(())
+    }
+
+    /// The next offset `poll` returns for `tp`; `None` when not assigned or not yet reset.
+    pub fn position(&self, tp: &TopicPartition) -> Option<i64> {
+        self.partitions.get(tp).and_then(|s| s.position)
+    }
+
+    /// The high watermark seen in the last fetch of `tp` (-1 before the first).
+    pub fn high_watermark(&self, tp: &TopicPartition) -> Option<i64> {
+        self.partitions.get(tp).map(|s| s.high_watermark)
+    }
+
+    /// Group mode: joins `group_id` and reads the partitions the coordinator assigns.
+    /// Not available yet: returns `Unsupported`.
+    pub async fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        let _ = topics;
+        Err(group_unsupported(
+            self.config.group_id.as_deref().unwrap_or(""),
+        ))
+    }
+
+    /// Group mode: like `subscribe`, calling `listener` on every assignment change.
+    pub async fn subscribe_with_listener(
+        &mut self,
+        topics: &[&str],
+        listener: Box<dyn RebalanceListener>,
+    ) -> Result<()> {
+        let _ = listener;
+        self.subscribe(topics).await
+    }
+
+    /// Group mode: commits the current positions and waits for the coordinator.
+    pub async fn commit_sync(&mut self) -> Result<()> {
+        Err(group_unsupported(
+            self.config.group_id.as_deref().unwrap_or(""),
+        ))
+    }
+
+    /// Group mode: commits the current positions without waiting.
+    pub fn commit_async(&mut self) -> Result<()> {
+        Err(group_unsupported(
+            self.config.group_id.as_deref().unwrap_or(""),
+        ))
+    }
+
+    /// Group mode: the group's committed offsets of `partitions`.
+    pub async fn committed(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Option<i64>)>> {
+        let _ = partitions;
+        Err(group_unsupported(
+            self.config.group_id.as_deref().unwrap_or(""),
+        ))
+    }
+
+    /// Returns the next records (at most `max_poll_records`), waiting up to `timeout` for some
+    /// to arrive; an empty vector when none did.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if !self.buffered.is_empty() {
+                return Ok(self.take_buffered());
+            }
+            if let Some(done) = self.completed.pop_front() {
+                self.handle_fetch(done)?;
+                self.send_fetches().await?;
+                continue;
+            }
+            self.prepare().await?;
+            self.send_fetches().await?;
+            let wake = self.retry_at.map_or(deadline, |at| at.min(deadline));
+            let received = tokio::time::timeout_at(wake.into(), self.results_rx.recv()).await;
+            match received {
+                Ok(Some(done)) => self.completed.push_back(done),
+                Ok(None) => return Err(ClientError::Closed("consumer")),
+                Err(_) if Instant::now() >= deadline => return Ok(Vec::new()),
+                Err(_) => {}
+            }
+        }
+    }
+
+    async fn lookup(&self, tp: &TopicPartition, spec: OffsetSpec) -> Result<i64> {
+        let listed = list_offsets(&self.core, &[(tp.clone(), spec)]).await?;
+        Ok(listed.first().map_or(-1, |l| l.offset))
+    }
+
+    fn set_position(&mut self, tp: &TopicPartition, position: i64) {
+        if let Some(state) = self.partitions.get_mut(tp) {
+            state.position = Some(position);
+            state.fetch_position = position;
+            state.generation += 1;
+            if state.buffered > 0 {
+                state.buffered = 0;
+                self.buffered
+                    .retain(|r| !(r.partition == tp.partition && *r.topic == *tp.topic));
+            }
+        }
+    }
+
+    fn take_buffered(&mut self) -> Vec<ConsumerRecord> {
+        let n = self.buffered.len().min(self.config.max_poll_records);
+        let records: Vec<ConsumerRecord> = self.buffered.drain(..n).collect();
+        for record in &records {
+            let tp = TopicPartition::new(&*record.topic, record.partition);
+            if let Some(state) = self.partitions.get_mut(&tp) {
+                state.position = Some(record.offset + 1);
+                state.buffered -= 1;
+                if state.buffered == 0 {
+                    state.position = Some(state.fetch_position);
+                }
+            }
+        }
+        records
+    }
+
+    /// Refreshes metadata when asked to and resets partitions without a position.
+    async fn prepare(&mut self) -> Result<()> {
+        if self.retry_at.is_some_and(|at| at > Instant::now()) {
+            return Ok(());
+        }
+        self.retry_at = None;
+        if self.refresh_needed {
+            let mut topics: Vec<String> =
+                self.partitions.keys().map(|tp| tp.topic.clone()).collect();
+            topics.dedup();
+            match self.core.refresh_metadata(Some(&topics)).await {
+                Ok(_) => self.refresh_needed = false,
+                Err(e) if e.is_retriable() => return Ok(self.back_off()),
+                Err(e) => return Err(e),
+            }
+        }
+        let spec = match self.config.auto_offset_reset {
+            OffsetReset::Earliest => OffsetSpec::Earliest,
+            OffsetReset::Latest => OffsetSpec::Latest,
+            OffsetReset::None => OffsetSpec::Latest,
+        };
+        let unset: Vec<(TopicPartition, OffsetSpec)> = self
+            .partitions
+            .iter()
+            .filter(|(_, s)| s.position.is_none())
+            .map(|(tp, _)| (tp.clone(), spec))
+            .collect();
+        if unset.is_empty() {
+            return Ok(());
+        }
+        if self.config.auto_offset_reset == OffsetReset::None {
+            return Err(ClientError::InvalidArgument(format!(
+                "no position for {} and auto_offset_reset is None: seek first",
+                unset[0].0
+            )));
+        }
+        match list_offsets(&self.core, &unset).await {
+            Ok(listed) => {
+                for l in listed {
+                    self.set_position(&l.topic_partition, l.offset.max(0));
+                }
+                Ok(())
+            }
+            Err(e) if e.is_retriable() => {
+                self.refresh_needed |= e.needs_metadata_refresh();
+                self.back_off();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn back_off(&mut self) {
+        self.retry_at = Some(Instant::now() + Duration::from_millis(100));
+    }
+
+    /// Sends a fetch to every destination that has none in flight nor an undecoded response
+    /// waiting.
+    async fn send_fetches(&mut self) -> Result<()> {
+        if self.retry_at.is_some_and(|at| at > Instant::now()) {
+            return Ok(());
+        }
+        let metadata = self.core.metadata();
+        let shard_aware = self.core.config.shard_aware;
+        let mut by_addr: BTreeMap<String, Vec<(TopicPartition, u64, i64)>> = BTreeMap::new();
+        for (tp, state) in &self.partitions {
+            let Some(_) = state.position else { continue };
+            match metadata.leader_addr(&tp.topic, tp.partition, shard_aware) {
+                Some(addr) => by_addr.entry(addr.to_string()).or_default().push((
+                    tp.clone(),
+                    state.generation,
+                    state.fetch_position,
+                )),
+                None => self.refresh_needed = true,
+            }
+        }
+        let waiting: Vec<&str> = self
+            .completed
+            .iter()
+            .map(|d| d.sent.addr.as_str())
+            .collect();
+        let ready: Vec<(String, Vec<_>)> = by_addr
+            .into_iter()
+            .filter(|(addr, _)| {
+                !self.in_flight.contains_key(addr) && !waiting.contains(&addr.as_str())
+            })
+            .collect();
+        for (addr, partitions) in ready {
+            self.send_fetch(SentFetch { addr, partitions }).await;
+        }
+        Ok(())
+    }
+
+    async fn send_fetch(&mut self, sent: SentFetch) {
+        let message = fetch_request(&self.config, &sent.partitions);
+        let timeout_ms = self.core.config.request_timeout_ms + self.config.fetch_max_wait_ms;
+        let submitted = match self.core.connection(&sent.addr).await {
+            Ok(conn) => conn.submit(Request::new(ApiKey::Fetch, message)).await,
+            Err(e) => Err(e),
+        };
+        self.in_flight.insert(sent.addr.clone(), ());
+        let tx = self.results_tx.clone();
+        match submitted {
+            Err(e) => {
+                let _ = tx.send(FetchDone {
+                    sent,
+                    reply: Err(e),
+                });
+            }
+            Ok(receiver) => {
+                tokio::spawn(async move {
+                    let reply = await_reply(receiver, timeout_ms, &sent.addr).await;
+                    let _ = tx.send(FetchDone { sent, reply });
+                });
+            }
+        }
+    }
+
+    /// Decodes one fetch response into the buffer and advances fetch positions.
+    fn handle_fetch(&mut self, done: FetchDone) -> Result<()> {
+        self.in_flight.remove(&done.sent.addr);
+        let decoded = done.reply.and_then(|frame| {
+            let frame =
+                frame.ok_or_else(|| ClientError::Protocol("fetch without response".into()))?;
+            let payload = frame.payload.clone().freeze();
+            let response = decode!(FetchResponse, frame)?;
+            check_code(response.error_code, response.error_message.clone())?;
+            Ok((response, payload))
+        });
+        let (response, payload) = match decoded {
+            Ok(ok) => ok,
+            Err(e) if e.is_retriable() => {
+                tracing::debug!(error = %e, addr = %done.sent.addr, "fetch failed; retrying");
+                self.refresh_needed |= e.needs_metadata_refresh();
+                self.back_off();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        for topic in response.topics.unwrap_or_default() {
+            for p in topic.partitions.unwrap_or_default() {
+                self.handle_partition(&done.sent, &topic.name, p, &payload)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_partition(
+        &mut self,
+        sent: &SentFetch,
+        topic: &str,
+        p: wire::FetchPartitionResponseT,
+        payload: &Bytes,
+    ) -> Result<()> {
+        let tp = TopicPartition::new(topic, p.partition);
+        let Some(&(_, generation, fetch_offset)) =
+            sent.partitions.iter().find(|(t, _, _)| *t == tp)
+        else {
+            return Err(ClientError::Protocol(format!(
+                "fetch response has {tp}, which was not asked for"
+            )));
+        };
+        let Some(state) = self.partitions.get_mut(&tp) else {
+            return Ok(());
+        };
+        if state.generation != generation || state.fetch_position != fetch_offset {
+            return Ok(());
+        }
+        if let Some(error) = ClientError::from_code(p.error_code, p.error_message) {
+            return self.partition_error(&tp, error);
+        }
+        state.high_watermark = p.high_watermark;
+        let records = codec::payload_slice(payload, p.records.as_ref())?;
+        let decoded = decode_records(
+            &state.topic,
+            tp.partition,
+            &records,
+            fetch_offset,
+            self.config.decompressed_batch_size_bytes_max,
+        )?;
+        state.fetch_position = decoded.next_fetch_offset;
+        state.buffered += decoded.records.len();
+        if state.buffered == 0 {
+            state.position = Some(state.fetch_position);
+        }
+        self.buffered.extend(decoded.records);
+        Ok(())
+    }
+
+    fn partition_error(&mut self, tp: &TopicPartition, error: ClientError) -> Result<()> {
+        match error.code() {
+            Some(ErrorCode::OffsetOutOfRange)
+                if self.config.auto_offset_reset != OffsetReset::None =>
+            {
+                tracing::info!(partition = %tp, "offset out of range; resetting per auto_offset_reset");
+                if let Some(state) = self.partitions.get_mut(tp) {
+                    state.position = None;
+                    state.generation += 1;
+                }
+                Ok(())
+            }
+            _ if error.is_retriable() => {
+                self.refresh_needed |= error.needs_metadata_refresh();
+                self.back_off();
+                Ok(())
+            }
+            _ => Err(error),
+        }
+    }
+}
+
+fn group_unsupported(group: &str) -> ClientError {
+    ClientError::Unsupported(format!(
+        "consumer groups (group `{group}`) are not available yet; assign partitions instead"
+    ))
+}
+
+/// The Fetch request for `partitions` (topic-partition, generation, fetch offset).
+fn fetch_request(config: &ConsumerConfig, partitions: &[(TopicPartition, u64, i64)]) -> Vec<u8> {
+    let mut topics: Vec<wire::FetchTopicT> = Vec::new();
+    for (tp, _, offset) in partitions {
+        if topics.last().is_none_or(|t| t.name != tp.topic) {
+            topics.push(obj!(wire::FetchTopicT {
+                name: tp.topic.clone(),
+                partitions: Some(Vec::new())
+            }));
+        }
+        if let Some(list) = topics.last_mut().and_then(|t| t.partitions.as_mut()) {
+            list.push(obj!(wire::FetchPartitionT {
+                partition: tp.partition,
+                fetch_offset: *offset,
+                partition_max_bytes: config.partition_fetch_bytes_max as i32
+            }));
+        }
+    }
+    let request = obj!(wire::FetchRequestT {
+        max_wait_ms: config.fetch_max_wait_ms as i32,
+        min_bytes: config.fetch_min_bytes as i32,
+        max_bytes: config.fetch_max_bytes as i32,
+        topics: Some(topics)
+    });
+    codec::encode(|fbb| request.pack(fbb))
+}
+
+/// Records decoded from one partition's fetched bytes.
+#[derive(Debug)]
+pub(crate) struct DecodedRecords {
+    pub records: Vec<ConsumerRecord>,
+    /// The offset after the last whole batch (the next fetch starts here).
+    pub next_fetch_offset: i64,
+}
+
+/// Decodes concatenated batches (CRC checked, zstd inflated up to the limit), skipping records
+/// below `fetch_offset` (the first batch may start before it) and control batches. A partial
+/// batch at the end is left for the next fetch.
+pub(crate) fn decode_records(
+    topic: &Arc<str>,
+    partition: i32,
+    bytes: &Bytes,
+    fetch_offset: i64,
+    decompressed_size_bytes_max: usize,
+) -> Result<DecodedRecords> {
+    let batches = RecordBatch::parse_many(bytes)?;
+    let mut records = Vec::new();
+    let mut next_fetch_offset = fetch_offset;
+    for batch in batches {
+        if batch.last_offset() < next_fetch_offset {
+            continue;
+        }
+        if !batch.header().is_control() {
+            for record in batch.records(decompressed_size_bytes_max)? {
+                if record.offset < next_fetch_offset {
+                    continue;
+                }
+                records.push(ConsumerRecord {
+                    topic: topic.clone(),
+                    partition,
+                    offset: record.offset,
+                    timestamp: record.timestamp,
+                    key: record.key,
+                    value: record.value,
+                    headers: record
+                        .headers
+                        .into_iter()
+                        .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
+                        .collect(),
+                });
+            }
+        }
+        next_fetch_offset = batch.header().next_offset();
+    }
+    Ok(DecodedRecords {
+        records,
+        next_fetch_offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borges_protocol::batch::{set_base_offset, BatchBuilder, BatchOptions, Compression};
+    use bytes::BytesMut;
+
+    fn batch(base_offset: i64, values: &[&str], compression: Compression) -> Vec<u8> {
+        let mut b = BatchBuilder::new(
+            BatchOptions {
+                compression,
+                ..BatchOptions::default()
+            },
+            256,
+        );
+        for (i, v) in values.iter().enumerate() {
+            b.push(
+                1000 + i as i64,
+                Some(b"k"),
+                Some(v.as_bytes()),
+                &[(b"h", Some(b"x"))],
+            );
+        }
+        let mut bytes = BytesMut::from(&b.build().unwrap()[..]);
+        set_base_offset(&mut bytes, base_offset);
+        bytes.to_vec()
+    }
+
+    fn topic() -> Arc<str> {
+        "t".into()
+    }
+
+    #[test]
+    fn records_below_the_fetch_offset_are_skipped_and_the_position_advances_per_batch() {
+        let mut bytes = batch(10, &["a", "b", "c"], Compression::None);
+        bytes.extend(batch(13, &["d", "e"], Compression::Zstd));
+        let decoded = decode_records(&topic(), 2, &Bytes::from(bytes), 12, 1 << 20).unwrap();
+        let offsets: Vec<i64> = decoded.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![12, 13, 14]);
+        assert_eq!(decoded.next_fetch_offset, 15);
+        let r = &decoded.records[0];
+        assert_eq!(r.value.as_deref(), Some(&b"c"[..]));
+        assert_eq!(r.partition, 2);
+        assert_eq!(r.timestamp, 1002);
+        assert_eq!(
+            r.headers,
+            vec![("h".to_string(), Some(Bytes::from_static(b"x")))]
+        );
+    }
+
+    #[test]
+    fn a_partial_trailing_batch_is_left_for_the_next_fetch() {
+        let mut bytes = batch(0, &["a"], Compression::None);
+        let second = batch(1, &["b"], Compression::None);
+        bytes.extend(&second[..second.len() - 5]);
+        let decoded = decode_records(&topic(), 0, &Bytes::from(bytes), 0, 1 << 20).unwrap();
+        assert_eq!(decoded.records.len(), 1);
+        assert_eq!(decoded.next_fetch_offset, 1);
+    }
+
+    #[test]
+    fn corrupted_batches_and_decompression_bombs_are_errors() {
+        let mut bytes = batch(0, &["a", "b"], Compression::None);
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        let err = decode_records(&topic(), 0, &Bytes::from(bytes), 0, 1 << 20).unwrap_err();
+        assert!(matches!(err, ClientError::Batch(_)));
+        let big = "x".repeat(10_000);
+        let bomb = batch(0, &[&big, &big], Compression::Zstd);
+        assert!(decode_records(&topic(), 0, &Bytes::from(bomb.clone()), 0, 4096).is_err());
+        assert_eq!(
+            decode_records(&topic(), 0, &Bytes::from(bomb), 0, 1 << 20)
+                .unwrap()
+                .records
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn fetch_request_groups_partitions_by_topic() {
+        let config = ConsumerConfig::default();
+        let parts = vec![
+            (TopicPartition::new("a", 0), 0, 5),
+            (TopicPartition::new("a", 1), 0, 7),
+            (TopicPartition::new("b", 0), 0, 0),
+        ];
+        let bytes = fetch_request(&config, &parts);
+        let request = flatbuffers::root::<wire::FetchRequest>(&bytes)
+            .unwrap()
+            .unpack();
+        let topics = request.topics.unwrap();
+        assert_eq!(topics.len(), 2);
+        let a = topics[0].partitions.as_ref().unwrap();
+        assert_eq!((a[1].partition, a[1].fetch_offset), (1, 7));
+        assert_eq!(request.max_wait_ms, 500);
+        assert_eq!(request.replica_id, -1);
+    }
+}

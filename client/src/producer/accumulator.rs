@@ -1,0 +1,715 @@
+//! The record accumulator: per-partition queues of batches, encoded as records arrive.
+//!
+//! Pure logic, no IO: `append` encodes a record straight into its partition's open batch
+//! (the bytes that will go on the wire); `drain` closes batches whose linger expired (or that a
+//! flush asked for), and hands the sendable ones to the sender grouped by destination address,
+//! at most `in_flight_requests_max` requests per address and `request_size_bytes_max` bytes per
+//! request; `finish_request` takes back what the broker refused retriably. Owned by the producer
+//! behind one short mutex: `send()` holds it to append one record, the sender to drain.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use borges_protocol::batch::{BatchBuilder, BatchOptions};
+use bytes::Bytes;
+
+use super::partitioner::StickyPartitioner;
+use crate::error::Result;
+
+/// What the broker said about a whole batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchAck {
+    /// Offset of the batch's first record; -1 with `acks=0`.
+    pub base_offset: i64,
+    /// The broker's append time for LogAppendTime topics, else -1.
+    pub log_append_time_ms: i64,
+}
+
+/// The outcome of one batch, shared by the delivery futures of all its records.
+#[derive(Debug, Default)]
+pub(crate) struct BatchCompletion {
+    result: OnceLock<Result<BatchAck>>,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl BatchCompletion {
+    /// Sets the outcome (first call wins) and wakes every waiting future.
+    pub fn complete(&self, result: Result<BatchAck>) {
+        let _ = self.result.set(result);
+        let wakers = match self.wakers.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// The outcome, or `Pending` after registering `cx`'s waker.
+    pub fn poll_result(&self, cx: &mut Context<'_>) -> Poll<&Result<BatchAck>> {
+        if let Some(result) = self.result.get() {
+            return Poll::Ready(result);
+        }
+        {
+            let mut wakers = match self.wakers.lock() {
+                Ok(w) => w,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                wakers.push(cx.waker().clone());
+            }
+        }
+        match self.result.get() {
+            Some(result) => Poll::Ready(result),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Whether the outcome is known.
+    #[cfg(test)]
+    pub fn is_complete(&self) -> bool {
+        self.result.get().is_some()
+    }
+}
+
+/// A batch's bytes: still open for records, or finished (header, CRC, compression).
+#[derive(Debug)]
+pub(crate) enum Payload {
+    /// Records are still being appended (or the batch is closed but not built yet).
+    Open(BatchBuilder),
+    /// The finished RecordBatch v2.
+    Built(Bytes),
+}
+
+/// One batch of one partition on its way to the broker.
+#[derive(Debug)]
+pub(crate) struct ProducerBatch {
+    pub id: u64,
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub payload: Payload,
+    pub records_count: i32,
+    pub completion: Arc<BatchCompletion>,
+    pub created: Instant,
+    /// Sends so far.
+    pub attempts: u32,
+    /// Not before this instant (retry backoff).
+    pub not_before: Option<Instant>,
+    /// Buffer memory to give back when the batch completes.
+    pub reserved_bytes: usize,
+}
+
+impl ProducerBatch {
+    /// Bytes on the wire (uncompressed estimate while open).
+    pub fn size_bytes(&self) -> usize {
+        match &self.payload {
+            Payload::Open(builder) => builder.size_bytes(),
+            Payload::Built(bytes) => bytes.len(),
+        }
+    }
+
+    /// Finishes the batch if it is still open (compresses, computes the CRC).
+    pub fn build(&mut self) -> Result<()> {
+        if let Payload::Open(_) = self.payload {
+            let open = std::mem::replace(&mut self.payload, Payload::Built(Bytes::new()));
+            if let Payload::Open(builder) = open {
+                self.payload = Payload::Built(builder.build()?);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct PartitionQueue {
+    open: Option<ProducerBatch>,
+    ready: VecDeque<ProducerBatch>,
+}
+
+#[derive(Debug)]
+struct TopicQueues {
+    partitions: HashMap<i32, PartitionQueue>,
+    sticky: StickyPartitioner,
+}
+
+/// Settings the accumulator needs (from `ProducerConfig`).
+#[derive(Debug, Clone)]
+pub(crate) struct AccumulatorConfig {
+    pub batch_size_bytes: usize,
+    pub linger: Duration,
+    pub options: BatchOptions,
+    pub request_size_bytes_max: usize,
+    pub in_flight_requests_max: usize,
+    pub delivery_timeout: Duration,
+}
+
+/// A record borrowed for appending.
+pub(crate) struct RecordRef<'a> {
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [(String, Option<Bytes>)],
+}
+
+/// Where an appended record went.
+pub(crate) struct Appended {
+    pub completion: Arc<BatchCompletion>,
+    /// Offset delta of the record inside its batch.
+    pub index: i32,
+    /// A new batch was opened (the sender must learn its linger deadline).
+    pub batch_created: bool,
+    /// A batch became full and is ready to send.
+    pub batch_ready: bool,
+}
+
+/// What `drain` hands to the sender.
+#[derive(Debug, Default)]
+pub(crate) struct Drained {
+    /// One request per entry: destination address and its batches, grouped by partition in
+    /// queue order.
+    pub requests: Vec<(String, Vec<ProducerBatch>)>,
+    /// Batches older than `delivery_timeout`, to fail.
+    pub expired: Vec<ProducerBatch>,
+    /// When `drain` should run again at the latest (a linger or backoff ends).
+    pub next_wakeup: Option<Instant>,
+    /// Some partition with data has no known leader: metadata should be refreshed.
+    pub leader_missing: bool,
+}
+
+/// The accumulator. See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Accumulator {
+    config: AccumulatorConfig,
+    topics: HashMap<Arc<str>, TopicQueues>,
+    next_batch_id: u64,
+    incomplete: BTreeSet<u64>,
+    flush_until: u64,
+    in_flight: HashMap<String, usize>,
+    seed: u64,
+    /// Set by `close`: every open batch is sent at once.
+    pub closing: bool,
+}
+
+/// An upper bound of a record's encoded size inside a batch, including its length prefix.
+pub(crate) fn record_size_upper_bytes(record: &RecordRef<'_>) -> usize {
+    let bytes = |b: Option<&[u8]>| 5 + b.map_or(0, <[u8]>::len);
+    let mut size = 5 + 1 + 10 + 5 + bytes(record.key) + bytes(record.value) + 5;
+    for (k, v) in record.headers {
+        size += 5 + k.len() + bytes(v.as_deref());
+    }
+    size
+}
+
+impl Accumulator {
+    /// An empty accumulator; `seed` seeds the sticky partitioners.
+    pub fn new(config: AccumulatorConfig, seed: u64) -> Accumulator {
+        Accumulator {
+            config,
+            topics: HashMap::new(),
+            next_batch_id: 0,
+            incomplete: BTreeSet::new(),
+            flush_until: 0,
+            in_flight: HashMap::new(),
+            seed,
+            closing: false,
+        }
+    }
+
+    /// The sticky partition for a keyless record of `topic`.
+    pub fn sticky_partition(
+        &mut self,
+        topic: &Arc<str>,
+        available: &[u32],
+        partition_count: u32,
+        record_size_bytes: usize,
+    ) -> u32 {
+        let batch_size_bytes = self.config.batch_size_bytes;
+        self.topic_queues(topic).sticky.next(
+            available,
+            partition_count,
+            record_size_bytes,
+            batch_size_bytes,
+        )
+    }
+
+    fn topic_queues(&mut self, topic: &Arc<str>) -> &mut TopicQueues {
+        if !self.topics.contains_key(&**topic) {
+            self.seed = crate::retry::splitmix64(self.seed);
+            let sticky = StickyPartitioner::new(self.seed);
+            self.topics.insert(
+                topic.clone(),
+                TopicQueues {
+                    partitions: HashMap::new(),
+                    sticky,
+                },
+            );
+        }
+        self.topics.get_mut(&**topic).expect("inserted above")
+    }
+
+    /// Encodes `record` into the open batch of `topic`/`partition`, opening a new batch when
+    /// there is none or the record does not fit.
+    pub fn append(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        record: &RecordRef<'_>,
+        reserved_bytes: usize,
+        now: Instant,
+    ) -> Appended {
+        let batch_size_bytes = self.config.batch_size_bytes;
+        let options = self.config.options;
+        let mut next_id = self.next_batch_id;
+        let queues = self.topic_queues(topic);
+        let queue = queues.partitions.entry(partition).or_default();
+        let mut batch_ready = false;
+        if let Some(open) = &queue.open {
+            let Payload::Open(builder) = &open.payload else {
+                unreachable!("open batches are unbuilt")
+            };
+            let headers = header_refs(record.headers);
+            let size =
+                builder.record_size_bytes(record.timestamp, record.key, record.value, &headers);
+            if builder.size_bytes() + size > batch_size_bytes {
+                queue.ready.extend(queue.open.take());
+                batch_ready = true;
+            }
+        }
+        let batch_created = queue.open.is_none();
+        if batch_created {
+            let capacity = batch_size_bytes.max(reserved_bytes);
+            queue.open = Some(ProducerBatch {
+                id: next_id,
+                topic: topic.clone(),
+                partition,
+                payload: Payload::Open(BatchBuilder::new(options, capacity)),
+                records_count: 0,
+                completion: Arc::new(BatchCompletion::default()),
+                created: now,
+                attempts: 0,
+                not_before: None,
+                reserved_bytes: 0,
+            });
+            next_id += 1;
+        }
+        let open = queue.open.as_mut().expect("opened above");
+        let Payload::Open(builder) = &mut open.payload else {
+            unreachable!("open batches are unbuilt")
+        };
+        let headers = header_refs(record.headers);
+        builder.push(record.timestamp, record.key, record.value, &headers);
+        let index = open.records_count;
+        open.records_count += 1;
+        open.reserved_bytes += reserved_bytes;
+        let completion = open.completion.clone();
+        let (id, full) = (open.id, builder.size_bytes() >= batch_size_bytes);
+        if full {
+            queue.ready.extend(queue.open.take());
+            batch_ready = true;
+        }
+        self.next_batch_id = next_id;
+        if batch_created {
+            self.incomplete.insert(id);
+        }
+        Appended {
+            completion,
+            index,
+            batch_created,
+            batch_ready,
+        }
+    }
+
+    /// Marks every batch that exists now as to be sent without waiting for linger; returns
+    /// the mark to pass to [`Accumulator::flushed`].
+    pub fn begin_flush(&mut self) -> u64 {
+        self.flush_until = self.flush_until.max(self.next_batch_id);
+        self.next_batch_id
+    }
+
+    /// Whether every batch created before the `begin_flush` that returned `mark` completed.
+    pub fn flushed(&self, mark: u64) -> bool {
+        self.incomplete.first().is_none_or(|id| *id >= mark)
+    }
+
+    /// Whether no batch is incomplete.
+    pub fn is_idle(&self) -> bool {
+        self.incomplete.is_empty()
+    }
+
+    /// Topics with queued data (metadata refreshes cover these).
+    pub fn topics(&self) -> Vec<String> {
+        self.topics.keys().map(|t| t.to_string()).collect()
+    }
+
+    /// Collects sendable batches; see the module documentation. `route` maps a partition to
+    /// its destination address (`None` while it has no leader).
+    pub fn drain(&mut self, now: Instant, route: impl Fn(&str, i32) -> Option<String>) -> Drained {
+        let mut drained = Drained::default();
+        let mut building: HashMap<String, (usize, usize)> = HashMap::new();
+        let config = self.config.clone();
+        let force_before = if self.closing {
+            u64::MAX
+        } else {
+            self.flush_until
+        };
+        for queues in self.topics.values_mut() {
+            for queue in queues.partitions.values_mut() {
+                close_if_due(queue, now, &config, force_before, &mut drained.next_wakeup);
+                expire(queue, now, config.delivery_timeout, &mut drained.expired);
+                while let Some(front) = queue.ready.front() {
+                    if let Some(at) = front.not_before.filter(|at| *at > now) {
+                        earliest(&mut drained.next_wakeup, at);
+                        break;
+                    }
+                    let Some(addr) = route(&front.topic, front.partition) else {
+                        drained.leader_missing = true;
+                        break;
+                    };
+                    let size = front.size_bytes();
+                    let fits =
+                        |bytes: usize| bytes == 0 || bytes + size <= config.request_size_bytes_max;
+                    let slot = match building.get(&addr) {
+                        Some(&(slot, bytes)) if fits(bytes) => slot,
+                        _ => {
+                            let in_flight = self.in_flight.entry(addr.clone()).or_insert(0);
+                            if *in_flight >= config.in_flight_requests_max {
+                                break;
+                            }
+                            *in_flight += 1;
+                            drained.requests.push((addr.clone(), Vec::new()));
+                            building.insert(addr.clone(), (drained.requests.len() - 1, 0));
+                            drained.requests.len() - 1
+                        }
+                    };
+                    let batch = queue.ready.pop_front().expect("front exists");
+                    building.get_mut(&addr).expect("inserted").1 += size;
+                    drained.requests[slot].1.push(batch);
+                }
+            }
+        }
+        drained
+    }
+
+    /// Takes back the outcome of a request to `addr`: `retry` batches go back to the front of
+    /// their partitions in their original order; `done` ids are complete. Returns the buffer
+    /// memory to release.
+    pub fn finish_request(
+        &mut self,
+        addr: &str,
+        done: &[(u64, usize)],
+        retry: Vec<ProducerBatch>,
+    ) -> usize {
+        if let Some(n) = self.in_flight.get_mut(addr) {
+            *n = n.saturating_sub(1);
+        }
+        self.requeue(retry);
+        self.complete(done)
+    }
+
+    /// Puts retried batches back at the front of their partitions, keeping their order.
+    pub fn requeue(&mut self, retry: Vec<ProducerBatch>) {
+        for batch in retry.into_iter().rev() {
+            let topic = batch.topic.clone();
+            let queue = self
+                .topic_queues(&topic)
+                .partitions
+                .entry(batch.partition)
+                .or_default();
+            queue.ready.push_front(batch);
+        }
+    }
+
+    /// Marks batches complete; returns the buffer memory to release.
+    pub fn complete(&mut self, done: &[(u64, usize)]) -> usize {
+        let mut released = 0;
+        for (id, reserved) in done {
+            self.incomplete.remove(id);
+            released += reserved;
+        }
+        released
+    }
+}
+
+fn header_refs(headers: &[(String, Option<Bytes>)]) -> Vec<(&[u8], Option<&[u8]>)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_bytes(), v.as_deref()))
+        .collect()
+}
+
+fn earliest(slot: &mut Option<Instant>, at: Instant) {
+    if slot.is_none_or(|current| at < current) {
+        *slot = Some(at);
+    }
+}
+
+fn close_if_due(
+    queue: &mut PartitionQueue,
+    now: Instant,
+    config: &AccumulatorConfig,
+    force_before: u64,
+    next_wakeup: &mut Option<Instant>,
+) {
+    let Some(open) = &queue.open else { return };
+    let due = open.created + config.linger;
+    if due <= now || open.id < force_before {
+        queue.ready.extend(queue.open.take());
+    } else {
+        earliest(next_wakeup, due);
+    }
+}
+
+fn expire(
+    queue: &mut PartitionQueue,
+    now: Instant,
+    timeout: Duration,
+    expired: &mut Vec<ProducerBatch>,
+) {
+    while queue
+        .ready
+        .front()
+        .is_some_and(|b| b.created + timeout <= now)
+    {
+        expired.extend(queue.ready.pop_front());
+    }
+}
+
+/// The bytes a request built from `batches` carries in its payload region, at least the
+/// batch headers.
+#[cfg(test)]
+fn payload_size_bytes(batches: &[ProducerBatch]) -> usize {
+    batches.iter().map(ProducerBatch::size_bytes).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> AccumulatorConfig {
+        AccumulatorConfig {
+            batch_size_bytes: 1000,
+            linger: Duration::from_millis(5),
+            options: BatchOptions::default(),
+            request_size_bytes_max: 2500,
+            in_flight_requests_max: 2,
+            delivery_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn value(n: usize) -> Vec<u8> {
+        vec![b'x'; n]
+    }
+
+    fn append(
+        acc: &mut Accumulator,
+        topic: &Arc<str>,
+        partition: i32,
+        v: &[u8],
+        now: Instant,
+    ) -> Appended {
+        let record = RecordRef {
+            timestamp: 1,
+            key: None,
+            value: Some(v),
+            headers: &[],
+        };
+        let size = record_size_upper_bytes(&record);
+        acc.append(topic, partition, &record, size, now)
+    }
+
+    fn route(_: &str, p: i32) -> Option<String> {
+        Some(format!("core{}", p % 2))
+    }
+
+    #[test]
+    fn records_fill_a_batch_until_batch_size_then_it_is_ready() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        let first = append(&mut acc, &t, 0, &value(300), now);
+        assert!(first.batch_created && !first.batch_ready);
+        assert_eq!(append(&mut acc, &t, 0, &value(300), now).index, 1);
+        // The third record fits under 1000 with the header, the fourth closes the batch.
+        let a3 = append(&mut acc, &t, 0, &value(300), now);
+        assert_eq!(a3.index, 2);
+        let a4 = append(&mut acc, &t, 0, &value(300), now);
+        assert!(a4.batch_ready && a4.batch_created);
+        assert_eq!(a4.index, 0);
+        // Before linger only the full batch is sendable.
+        let drained = acc.drain(now, route);
+        assert_eq!(drained.requests.len(), 1);
+        assert_eq!(drained.requests[0].1.len(), 1);
+        assert_eq!(drained.requests[0].1[0].records_count, 3);
+        assert_eq!(drained.next_wakeup, Some(now + Duration::from_millis(5)));
+        // After linger the open batch goes too.
+        let later = acc.drain(now + Duration::from_millis(5), route);
+        assert_eq!(later.requests[0].1[0].records_count, 1);
+        assert!(later.next_wakeup.is_none());
+    }
+
+    #[test]
+    fn drain_groups_by_address_and_respects_request_size_and_in_flight_limits() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        for p in 0..4 {
+            for _ in 0..7 {
+                append(&mut acc, &t, p, &value(400), now);
+            }
+        }
+        // Each partition: three full batches (2 records each) and one open (1 record): more
+        // than two requests of 2500 bytes per address.
+        let drained = acc.drain(now + Duration::from_millis(5), route);
+        // Requests per address are limited to 2500 bytes: 2 batches of ~900 + more in a second
+        // request; two requests per address at most (in flight).
+        let mut per_addr: HashMap<String, usize> = HashMap::new();
+        for (addr, batches) in &drained.requests {
+            *per_addr.entry(addr.clone()).or_default() += 1;
+            assert!(payload_size_bytes(batches) <= 2500);
+            // Batches of one partition stay contiguous and in order.
+            for w in batches.windows(2) {
+                if w[0].partition == w[1].partition {
+                    assert!(w[0].id < w[1].id);
+                }
+            }
+        }
+        assert!(per_addr.values().all(|n| *n == 2));
+        // Nothing more goes out until a request finishes.
+        assert!(acc
+            .drain(now + Duration::from_millis(6), route)
+            .requests
+            .is_empty());
+        let (addr, batches) = drained.requests.into_iter().next().unwrap();
+        let done: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
+        assert!(acc.finish_request(&addr, &done, Vec::new()) > 0);
+        assert!(!acc
+            .drain(now + Duration::from_millis(6), route)
+            .requests
+            .is_empty());
+    }
+
+    #[test]
+    fn retried_batches_go_back_in_order_after_their_backoff() {
+        let mut cfg = config();
+        cfg.request_size_bytes_max = 1 << 20;
+        let mut acc = Accumulator::new(cfg, 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        for _ in 0..6 {
+            append(&mut acc, &t, 0, &value(400), now);
+        }
+        let mark = acc.begin_flush();
+        let drained = acc.drain(now, route);
+        let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
+        assert_eq!(batches.len(), 3);
+        let ids: Vec<u64> = batches.iter().map(|b| b.id).collect();
+        let retry_at = now + Duration::from_millis(100);
+        for b in &mut batches {
+            b.not_before = Some(retry_at);
+            b.attempts = 1;
+        }
+        acc.finish_request(&addr, &[], batches);
+        assert!(!acc.flushed(mark));
+        let early = acc.drain(now + Duration::from_millis(50), route);
+        assert!(early.requests.is_empty());
+        assert_eq!(early.next_wakeup, Some(retry_at));
+        let again = acc.drain(retry_at, route);
+        let (addr, batches) = again.requests.into_iter().next().unwrap();
+        assert_eq!(batches.iter().map(|b| b.id).collect::<Vec<_>>(), ids);
+        let done: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
+        acc.finish_request(&addr, &done, Vec::new());
+        assert!(acc.flushed(mark));
+        assert!(acc.is_idle());
+    }
+
+    #[test]
+    fn partitions_without_leader_wait_and_old_batches_expire() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        append(&mut acc, &t, 1, &value(10), now);
+        let drained = acc.drain(now + Duration::from_millis(5), |_, _| None);
+        assert!(drained.leader_missing);
+        assert!(drained.requests.is_empty());
+        let late = acc.drain(now + Duration::from_secs(10), |_, _| None);
+        assert_eq!(late.expired.len(), 1);
+    }
+
+    #[test]
+    fn a_record_larger_than_the_batch_size_gets_its_own_batch() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        append(&mut acc, &t, 0, &value(10), now);
+        let big = append(&mut acc, &t, 0, &value(1500), now);
+        assert!(big.batch_ready && big.batch_created && big.index == 0);
+        let drained = acc.drain(now, route);
+        let batches = &drained.requests[0].1;
+        assert_eq!(batches.len(), 2);
+        assert_eq!(batches[1].records_count, 1);
+        assert!(batches[1].size_bytes() > 1500);
+    }
+
+    #[test]
+    fn built_batches_decode_to_the_appended_records() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        let headers = vec![("h".to_string(), Some(Bytes::from_static(b"x")))];
+        let record = RecordRef {
+            timestamp: 77,
+            key: Some(b"k"),
+            value: Some(b"v"),
+            headers: &headers,
+        };
+        acc.append(&t, 0, &record, 64, now);
+        acc.append(
+            &t,
+            0,
+            &RecordRef {
+                timestamp: 78,
+                key: None,
+                value: None,
+                headers: &[],
+            },
+            64,
+            now,
+        );
+        acc.closing = true;
+        let mut drained = acc.drain(now, route);
+        let batch = &mut drained.requests[0].1[0];
+        batch.build().unwrap();
+        let Payload::Built(bytes) = &batch.payload else {
+            panic!()
+        };
+        let parsed = borges_protocol::batch::RecordBatch::parse(bytes.clone()).unwrap();
+        let records = parsed.records(1 << 20).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(records[0].headers[0].value.as_deref(), Some(&b"x"[..]));
+        assert_eq!(records[1].timestamp, 78);
+        assert_eq!(records[1].value, None);
+    }
+
+    #[test]
+    fn completion_wakes_and_reports_once() {
+        let c = BatchCompletion::default();
+        assert!(!c.is_complete());
+        c.complete(Ok(BatchAck {
+            base_offset: 5,
+            log_append_time_ms: -1,
+        }));
+        c.complete(Ok(BatchAck {
+            base_offset: 9,
+            log_append_time_ms: -1,
+        }));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        match c.poll_result(&mut cx) {
+            Poll::Ready(Ok(ack)) => assert_eq!(ack.base_offset, 5),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,674 @@
+//! The producer: partitioning, batching, compression, acks, retries, backpressure.
+//!
+//! `send()` encodes the record into its partition's open batch (see [`accumulator`]) under one
+//! short lock and returns a [`DeliveryFuture`]. One sender task drains ready batches, groups
+//! them by the address of the core that owns each partition (shard-aware routing), and writes
+//! one produce request per core connection carrying all of that core's ready partitions, with
+//! up to `in_flight_requests_per_connection_max` requests pipelined per connection. Responses
+//! complete the batches' futures, or put retriable failures back into their queues after a
+//! backoff (refreshing metadata when the leader moved or the connection failed).
+
+pub(crate) mod accumulator;
+pub(crate) mod partitioner;
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use borges_protocol::batch::BatchOptions;
+use borges_protocol::{wire, ApiKey, ErrorCode};
+use tokio::sync::Notify;
+
+use self::accumulator::{
+    record_size_upper_bytes, Accumulator, AccumulatorConfig, BatchAck, BatchCompletion, Payload,
+    ProducerBatch, RecordRef,
+};
+use crate::client::ClientCore;
+use crate::codec;
+use crate::codec::obj;
+use crate::config::{Acks, ClientConfig, ProducerConfig};
+use crate::connection::{await_reply, Reply, Request};
+use crate::error::{ClientError, Result};
+use crate::types::{ProducerRecord, RecordMetadata};
+
+/// Sends records to a Borges cluster. Cheap to clone (all clones share one accumulator, one
+/// sender task and one set of connections); `Send + Sync`. Needs a tokio runtime.
+///
+/// ```no_run
+/// # async fn example() -> borges_client::Result<()> {
+/// use borges_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
+/// let producer = Producer::new(ClientConfig::new("127.0.0.1:9292"), ProducerConfig::default()).await?;
+/// let ack = producer.send(ProducerRecord::new("orders").key("user-1").value("created")).await?;
+/// let metadata = ack.await?;
+/// println!("partition {} offset {}", metadata.partition, metadata.offset);
+/// producer.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+    _handle: Arc<HandleGuard>,
+}
+
+struct Inner {
+    core: Arc<ClientCore>,
+    config: ProducerConfig,
+    accumulator: Mutex<Accumulator>,
+    memory: MemoryPool,
+    wake_sender: Notify,
+    batch_done: Notify,
+    closed: AtomicBool,
+    refresh_running: AtomicBool,
+}
+
+/// Dropped with the last `Producer` clone: lets the sender finish what is queued and exit.
+struct HandleGuard(Arc<Inner>);
+
+impl Drop for HandleGuard {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.lock().closing = true;
+        self.0.wake_sender.notify_one();
+    }
+}
+
+impl Producer {
+    /// Validates the configuration, fetches the cluster's metadata from a bootstrap broker and
+    /// starts the sender task.
+    pub async fn new(client: ClientConfig, config: ProducerConfig) -> Result<Producer> {
+        config.validate()?;
+        let core = ClientCore::new(client, config.in_flight_requests_per_connection_max)?;
+        core.refresh_metadata(Some(&[])).await?;
+        let accumulator = Accumulator::new(
+            AccumulatorConfig {
+                batch_size_bytes: config.batch_size_bytes,
+                linger: Duration::from_millis(config.linger_ms),
+                options: BatchOptions {
+                    compression: config.compression.to_batch(),
+                    compression_level: config.compression_level,
+                    ..BatchOptions::default()
+                },
+                request_size_bytes_max: config.request_size_bytes_max,
+                in_flight_requests_max: config.in_flight_requests_per_connection_max,
+                delivery_timeout: Duration::from_millis(config.delivery_timeout_ms),
+            },
+            seed(),
+        );
+        let inner = Arc::new(Inner {
+            core,
+            memory: MemoryPool::new(config.buffer_memory_bytes_max),
+            config,
+            accumulator: Mutex::new(accumulator),
+            wake_sender: Notify::new(),
+            batch_done: Notify::new(),
+            closed: AtomicBool::new(false),
+            refresh_running: AtomicBool::new(false),
+        });
+        tokio::spawn(run_sender(inner.clone()));
+        Ok(Producer {
+            _handle: Arc::new(HandleGuard(inner.clone())),
+            inner,
+        })
+    }
+
+    /// Queues `record` for sending. Waits while the buffer is full (backpressure) or the topic's
+    /// metadata is unknown, at most `max_block_ms`. The returned future resolves once the
+    /// broker acknowledged the record (or it failed for good); dropping it does not cancel the
+    /// send.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(ClientError::Closed("producer"));
+        }
+        let timestamp = record.timestamp.unwrap_or_else(now_ms);
+        let record_ref = RecordRef {
+            timestamp,
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &record.headers,
+        };
+        let size = record_size_upper_bytes(&record_ref);
+        let size_max = inner.config.request_size_bytes_max - 1024;
+        if size > size_max {
+            return Err(ClientError::RecordTooLarge {
+                size_bytes: size,
+                size_bytes_max: size_max,
+                limit: "request_size_bytes_max - 1 KiB",
+            });
+        }
+        let (partition_count, available) = self.partitions_of(&record.topic).await?;
+        inner
+            .memory
+            .acquire(size, inner.config.max_block_ms)
+            .await?;
+        let appended = {
+            let mut acc = inner.lock();
+            let partition = partitioner::choose_partition(
+                record.partition,
+                record.key.as_deref(),
+                partition_count,
+                || acc.sticky_partition(&record.topic, &available, partition_count, size),
+            );
+            let partition = match partition {
+                Ok(p) => p,
+                Err(e) => {
+                    drop(acc);
+                    inner.memory.release(size);
+                    return Err(e);
+                }
+            };
+            let appended = acc.append(&record.topic, partition, &record_ref, size, Instant::now());
+            (appended, partition)
+        };
+        let (appended, partition) = appended;
+        if appended.batch_created || appended.batch_ready {
+            inner.wake_sender.notify_one();
+        }
+        Ok(DeliveryFuture {
+            topic: record.topic,
+            partition,
+            index: appended.index,
+            timestamp,
+            completion: appended.completion,
+        })
+    }
+
+    /// The partition count of `topic` and the partitions that have a leader, from cached
+    /// metadata, fetching it when the topic is not known yet.
+    async fn partitions_of(&self, topic: &Arc<str>) -> Result<(u32, Vec<u32>)> {
+        let metadata = self.inner.core.metadata();
+        let metadata = match metadata.topics.get(&**topic) {
+            Some(t) if t.error.is_none() && t.partition_count() > 0 => metadata,
+            _ => {
+                let topics = [topic.to_string()];
+                self.inner
+                    .core
+                    .metadata_for(&topics, self.inner.config.max_block_ms)
+                    .await?
+            }
+        };
+        let meta = metadata
+            .topics
+            .get(&**topic)
+            .ok_or_else(|| ClientError::Broker {
+                code: ErrorCode::UnknownTopicOrPartition,
+                message: Some(format!("topic {topic} not found")),
+            })?;
+        if meta.is_internal {
+            return Err(ClientError::Broker {
+                code: ErrorCode::InvalidTopicOperation,
+                message: Some(format!("topic {topic} is internal")),
+            });
+        }
+        Ok((meta.partition_count(), meta.available_partitions()))
+    }
+
+    /// Sends every record queued so far without waiting for `linger_ms` and waits until each
+    /// one has completed (acknowledged or failed; the delivery futures tell which).
+    pub async fn flush(&self) -> Result<()> {
+        let mark = self.inner.lock().begin_flush();
+        self.inner.wake_sender.notify_one();
+        loop {
+            let mut notified = pin!(self.inner.batch_done.notified());
+            notified.as_mut().enable();
+            if self.inner.lock().flushed(mark) {
+                return Ok(());
+            }
+            notified.await;
+        }
+    }
+
+    /// Flushes, then stops accepting records. Other clones fail with `Closed` afterwards.
+    pub async fn close(&self) -> Result<()> {
+        self.flush().await?;
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.lock().closing = true;
+        self.inner.wake_sender.notify_one();
+        Ok(())
+    }
+
+    /// Bytes of buffer memory in use (records queued or in flight).
+    pub fn buffered_bytes(&self) -> usize {
+        self.inner.memory.used.load(Ordering::Relaxed)
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Accumulator> {
+        match self.accumulator.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Starts one metadata refresh in the background unless one is running.
+    fn request_metadata_refresh(self: &Arc<Self>) {
+        if self.refresh_running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let topics = inner.lock().topics();
+            if let Err(e) = inner.core.refresh_metadata(Some(&topics)).await {
+                tracing::debug!(error = %e, "metadata refresh failed");
+                tokio::time::sleep(Duration::from_millis(inner.config.retry_backoff_ms)).await;
+            }
+            inner.refresh_running.store(false, Ordering::Release);
+            inner.wake_sender.notify_one();
+        });
+    }
+}
+
+/// Resolves to where the record was written, or why it could not be. See [`Producer::send`].
+#[must_use = "the future tells whether the record was delivered"]
+pub struct DeliveryFuture {
+    topic: Arc<str>,
+    partition: i32,
+    index: i32,
+    timestamp: i64,
+    completion: Arc<BatchCompletion>,
+}
+
+impl DeliveryFuture {
+    /// The partition the record was assigned to.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match this.completion.poll_result(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e.clone())),
+            Poll::Ready(Ok(ack)) => Poll::Ready(Ok(RecordMetadata {
+                topic: this.topic.clone(),
+                partition: this.partition,
+                offset: if ack.base_offset < 0 {
+                    -1
+                } else {
+                    ack.base_offset + i64::from(this.index)
+                },
+                timestamp: if ack.log_append_time_ms >= 0 {
+                    ack.log_append_time_ms
+                } else {
+                    this.timestamp
+                },
+            })),
+        }
+    }
+}
+
+/// Bounded buffer memory: `send()` reserves a record's size, completion gives it back.
+struct MemoryPool {
+    used: AtomicUsize,
+    max: usize,
+    freed: Notify,
+}
+
+impl MemoryPool {
+    fn new(max: usize) -> MemoryPool {
+        MemoryPool {
+            used: AtomicUsize::new(0),
+            max,
+            freed: Notify::new(),
+        }
+    }
+
+    fn try_acquire(&self, size: usize) -> bool {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            // A record larger than the whole buffer still goes through when nothing else is
+            // buffered.
+            if used != 0 && used + size > self.max {
+                return false;
+            }
+            match self.used.compare_exchange_weak(
+                used,
+                used + size,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(current) => used = current,
+            }
+        }
+    }
+
+    async fn acquire(&self, size: usize, max_block_ms: u64) -> Result<()> {
+        if self.try_acquire(size) {
+            return Ok(());
+        }
+        let wait = async {
+            loop {
+                let mut notified = pin!(self.freed.notified());
+                notified.as_mut().enable();
+                if self.try_acquire(size) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(Duration::from_millis(max_block_ms), wait)
+            .await
+            .map_err(|_| ClientError::Timeout {
+                what: "waiting for producer buffer memory",
+                timeout_ms: max_block_ms,
+            })
+    }
+
+    fn release(&self, size: usize) {
+        if size > 0 {
+            self.used.fetch_sub(size, Ordering::AcqRel);
+            self.freed.notify_waiters();
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn seed() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+/// The sender task: drains, sends, sleeps until the next linger or backoff deadline or until
+/// woken (a batch filled, a request finished, a flush, metadata arrived).
+async fn run_sender(inner: Arc<Inner>) {
+    loop {
+        let now = Instant::now();
+        let metadata = inner.core.metadata();
+        let shard_aware = inner.core.config.shard_aware;
+        let drained = inner.lock().drain(now, |topic, partition| {
+            metadata
+                .leader_addr(topic, partition, shard_aware)
+                .map(str::to_string)
+        });
+        if drained.leader_missing
+            || now.duration_since(metadata.fetched_at).as_millis() as u64
+                > inner.core.config.metadata_max_age_ms
+        {
+            inner.request_metadata_refresh();
+        }
+        for batch in drained.expired {
+            let error = ClientError::DeliveryTimeout {
+                timeout_ms: inner.config.delivery_timeout_ms,
+                last: Box::new(ClientError::Broker {
+                    code: ErrorCode::NotLeaderOrFollower,
+                    message: Some("no leader known for the partition".into()),
+                }),
+            };
+            fail_batches(&inner, vec![batch], error);
+        }
+        let sent_any = !drained.requests.is_empty();
+        for (addr, batches) in drained.requests {
+            send_request(&inner, addr, batches).await;
+        }
+        if sent_any {
+            continue;
+        }
+        if inner.closed.load(Ordering::Acquire) && inner.lock().is_idle() {
+            return;
+        }
+        let notified = inner.wake_sender.notified();
+        match drained.next_wakeup {
+            Some(at) => {
+                let _ = tokio::time::timeout_at(at.into(), notified).await;
+            }
+            None => notified.await,
+        }
+    }
+}
+
+/// Builds and submits one produce request; a task awaits its response.
+async fn send_request(inner: &Arc<Inner>, addr: String, mut batches: Vec<ProducerBatch>) {
+    let mut failed = Vec::new();
+    batches.retain_mut(|b| match b.build() {
+        Ok(()) => true,
+        Err(e) => {
+            failed.push((b.id, b.reserved_bytes, b.completion.clone(), e));
+            false
+        }
+    });
+    for (id, reserved, completion, error) in failed {
+        completion.complete(Err(error));
+        let released = inner.lock().complete(&[(id, reserved)]);
+        inner.memory.release(released);
+        inner.batch_done.notify_waiters();
+    }
+    for b in &mut batches {
+        b.attempts += 1;
+    }
+    let (request, layout) = produce_request(&inner.config, &batches);
+    let submitted = match inner.core.connection(&addr).await {
+        Ok(conn) => conn.submit(request).await,
+        Err(e) => Err(e),
+    };
+    let timeout_ms = inner.core.config.request_timeout_ms + inner.config.linger_ms;
+    let inner = inner.clone();
+    match submitted {
+        Err(e) => finish_request(&inner, &addr, batches, &layout, Err(e)),
+        Ok(receiver) => {
+            tokio::spawn(async move {
+                let reply = await_reply(receiver, timeout_ms, &addr).await;
+                finish_request(&inner, &addr, batches, &layout, reply);
+            });
+        }
+    }
+}
+
+/// Where each batch sits in a request: (topic index, partition index) per batch.
+type Layout = Vec<(usize, usize)>;
+
+/// The produce request for `batches`. `drain` hands them over grouped by topic and, inside a
+/// topic, by partition in queue order, so each partition's batches are contiguous in the
+/// payload region and one `PayloadRange` covers them.
+fn produce_request(config: &ProducerConfig, batches: &[ProducerBatch]) -> (Request, Layout) {
+    let mut topics: Vec<wire::TopicProduceDataT> = Vec::new();
+    let mut payload = Vec::with_capacity(batches.len());
+    let mut layout = Vec::with_capacity(batches.len());
+    let mut position = 0u32;
+    for batch in batches {
+        let Payload::Built(bytes) = &batch.payload else {
+            unreachable!("batches are built before sending")
+        };
+        let topic_index = match topics.last() {
+            Some(t) if t.name == *batch.topic => topics.len() - 1,
+            _ => {
+                topics.push(obj!(wire::TopicProduceDataT {
+                    name: batch.topic.to_string(),
+                    partitions: Some(Vec::new())
+                }));
+                topics.len() - 1
+            }
+        };
+        let partitions = topics[topic_index].partitions.get_or_insert_with(Vec::new);
+        let length = bytes.len() as u32;
+        let partition_index = match partitions.last_mut() {
+            Some(p) if p.partition == batch.partition => {
+                if let Some(range) = p.records.as_mut() {
+                    range.length += length;
+                }
+                partitions.len() - 1
+            }
+            _ => {
+                partitions.push(obj!(wire::PartitionProduceDataT {
+                    partition: batch.partition,
+                    records: Some(obj!(wire::PayloadRangeT {
+                        offset: position,
+                        length
+                    })),
+                }));
+                partitions.len() - 1
+            }
+        };
+        position += length;
+        payload.push(bytes.clone());
+        layout.push((topic_index, partition_index));
+    }
+    let message = obj!(wire::ProduceRequestT {
+        transactional_id: None,
+        acks: config.acks.as_i16(),
+        timeout_ms: i32::try_from(config.delivery_timeout_ms.min(30_000)).unwrap_or(30_000),
+        topics: Some(topics),
+    });
+    let request = Request {
+        api_key: ApiKey::Produce,
+        message: codec::encode(|fbb| message.pack(fbb)),
+        payload,
+        expect_response: config.acks != Acks::None,
+    };
+    (request, layout)
+}
+
+/// Handles a produce request's outcome: completes, fails or requeues each batch.
+fn finish_request(
+    inner: &Arc<Inner>,
+    addr: &str,
+    batches: Vec<ProducerBatch>,
+    layout: &Layout,
+    reply: Reply,
+) {
+    let outcomes = match reply.and_then(|frame| batch_outcomes(frame, &batches, layout)) {
+        Ok(outcomes) => outcomes,
+        Err(e) => vec![Err(e); batches.len()],
+    };
+    let now = Instant::now();
+    let mut done = Vec::new();
+    let mut retry = Vec::new();
+    let mut refresh = false;
+    for (mut batch, outcome) in batches.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(ack) => {
+                batch.completion.complete(Ok(ack));
+                done.push((batch.id, batch.reserved_bytes));
+            }
+            Err(e) => {
+                refresh |= e.needs_metadata_refresh();
+                match retry_decision(&inner.config, &batch, &e, now) {
+                    Some(at) => {
+                        tracing::debug!(topic = %batch.topic, partition = batch.partition, error = %e, "retrying batch");
+                        batch.not_before = Some(at);
+                        retry.push(batch);
+                    }
+                    None => {
+                        let e = if e.is_retriable() && batch.attempts <= inner.config.retries_max {
+                            ClientError::DeliveryTimeout {
+                                timeout_ms: inner.config.delivery_timeout_ms,
+                                last: Box::new(e),
+                            }
+                        } else {
+                            e
+                        };
+                        batch.completion.complete(Err(e));
+                        done.push((batch.id, batch.reserved_bytes));
+                    }
+                }
+            }
+        }
+    }
+    let released = inner.lock().finish_request(addr, &done, retry);
+    inner.memory.release(released);
+    if refresh {
+        inner.request_metadata_refresh();
+    }
+    inner.batch_done.notify_waiters();
+    inner.wake_sender.notify_one();
+}
+
+/// When to retry `batch` after `error`, or `None` to fail it now.
+fn retry_decision(
+    config: &ProducerConfig,
+    batch: &ProducerBatch,
+    error: &ClientError,
+    now: Instant,
+) -> Option<Instant> {
+    if !error.is_retriable() || batch.attempts > config.retries_max {
+        return None;
+    }
+    let backoff = crate::retry::backoff_ms(
+        batch.attempts,
+        config.retry_backoff_ms,
+        config.retry_backoff_max_ms,
+        batch.id,
+    );
+    let at = now + Duration::from_millis(backoff);
+    (at < batch.created + Duration::from_millis(config.delivery_timeout_ms)).then_some(at)
+}
+
+/// Fails batches that never made it into a request.
+fn fail_batches(inner: &Arc<Inner>, batches: Vec<ProducerBatch>, error: ClientError) {
+    let mut done = Vec::new();
+    for batch in batches {
+        batch.completion.complete(Err(error.clone()));
+        done.push((batch.id, batch.reserved_bytes));
+    }
+    let released = inner.lock().complete(&done);
+    inner.memory.release(released);
+    inner.batch_done.notify_waiters();
+}
+
+/// Each batch's result from a produce response (or acks=0: written, offset unknown).
+fn batch_outcomes(
+    frame: Option<borges_protocol::frame::Frame>,
+    batches: &[ProducerBatch],
+    layout: &Layout,
+) -> Result<Vec<Result<BatchAck>>> {
+    let Some(frame) = frame else {
+        return Ok(vec![
+            Ok(BatchAck {
+                base_offset: -1,
+                log_append_time_ms: -1
+            });
+            batches.len()
+        ]);
+    };
+    let response = codec::decode!(ProduceResponse, frame)?;
+    crate::error::check_code(response.error_code, response.error_message)?;
+    let topics = response.topics.unwrap_or_default();
+    // Offsets of later batches of a partition follow the first batch's records.
+    let mut next_offset: std::collections::HashMap<(usize, usize), i64> =
+        std::collections::HashMap::new();
+    let mut outcomes = Vec::with_capacity(batches.len());
+    for (batch, &slot) in batches.iter().zip(layout) {
+        let found = topics
+            .iter()
+            .find(|t| t.name == *batch.topic)
+            .and_then(|t| {
+                t.partitions
+                    .as_ref()?
+                    .iter()
+                    .find(|p| p.partition == batch.partition)
+            });
+        outcomes.push(match found {
+            None => Err(ClientError::Protocol(format!(
+                "produce response lacks {}-{}",
+                batch.topic, batch.partition
+            ))),
+            Some(p) => match ClientError::from_code(p.error_code, p.error_message.clone()) {
+                Some(e) => Err(e),
+                None => {
+                    let base = *next_offset.entry(slot).or_insert(p.base_offset);
+                    next_offset.insert(slot, base + i64::from(batch.records_count));
+                    Ok(BatchAck {
+                        base_offset: base,
+                        log_append_time_ms: p.log_append_time_ms,
+                    })
+                }
+            },
+        });
+    }
+    Ok(outcomes)
+}
