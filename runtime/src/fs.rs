@@ -84,6 +84,17 @@ impl DirectFile {
         AlignedBuf(buf)
     }
 
+    /// Allocates an aligned buffer of `size` bytes and lets `fill` write its contents; `fill`
+    /// returns how many leading bytes it wrote, and the rest of the buffer is zeroed. Saves
+    /// zeroing bytes that are about to be overwritten (the copy on the write path).
+    pub fn alloc_with(&self, size: usize, fill: impl FnOnce(&mut [u8]) -> usize) -> AlignedBuf {
+        let mut buf = self.inner.alloc_dma_buffer(size);
+        let bytes = buf.as_bytes_mut();
+        let written = fill(bytes).min(size);
+        bytes[written..].fill(0);
+        AlignedBuf(buf)
+    }
+
     /// Writes the whole buffer at `position`; both must be aligned. Returns bytes written; a
     /// short write is returned as an error, never as success.
     pub async fn write_at(&self, buf: AlignedBuf, position: u64) -> io::Result<()> {
@@ -134,6 +145,151 @@ impl AsRawFd for DirectFile {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
+}
+
+/// A plain (buffered, not O_DIRECT) file driven by this core's io_uring: reads go through the
+/// page cache, so its descriptor is the one to hand to `sendfile`. Lives on one core.
+pub struct BufferedFile {
+    inner: glommio::io::BufferedFile,
+}
+
+impl BufferedFile {
+    /// Opens an existing file read-only (`O_RDONLY`).
+    pub async fn open_read(path: impl AsRef<Path>) -> io::Result<BufferedFile> {
+        let inner = glommio::io::BufferedFile::open(path.as_ref()).await?;
+        Ok(BufferedFile { inner })
+    }
+
+    /// Opens a file for reading and writing, creating it when `create` is set. Never truncates.
+    pub async fn open_write(path: impl AsRef<Path>, create: bool) -> io::Result<BufferedFile> {
+        let inner = glommio::io::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .buffered_open(path.as_ref())
+            .await?;
+        Ok(BufferedFile { inner })
+    }
+
+    /// Reads up to `len` bytes at `position`; fewer come back at the end of the file.
+    pub async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadBuf> {
+        Ok(ReadBuf(self.inner.read_at(position, len).await?))
+    }
+
+    /// Reads exactly `len` bytes at `position`, looping over short reads; an error if the file
+    /// ends first.
+    pub async fn read_exact_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let got = self
+                .read_at(position + out.len() as u64, len - out.len())
+                .await?;
+            if got.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("file ends before byte {}", position + len as u64),
+                ));
+            }
+            out.extend_from_slice(&got);
+        }
+        Ok(out)
+    }
+
+    /// Writes all of `buf` at `position` (a short write is an error, never success).
+    pub async fn write_all_at(&self, buf: Vec<u8>, position: u64) -> io::Result<()> {
+        let len = buf.len();
+        let written = self.inner.write_at(buf, position).await?;
+        if written != len {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {written} of {len} bytes at {position}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// fdatasync.
+    pub async fn sync_data(&self) -> io::Result<()> {
+        Ok(self.inner.fdatasync().await?)
+    }
+
+    /// Truncates or extends the file to `size` bytes.
+    pub async fn truncate(&self, size: u64) -> io::Result<()> {
+        Ok(self.inner.truncate(size).await?)
+    }
+
+    /// Current file size.
+    pub async fn size(&self) -> io::Result<u64> {
+        Ok(self.inner.file_size().await?)
+    }
+
+    /// Closes the file, reporting errors from close.
+    pub async fn close(self) -> io::Result<()> {
+        Ok(self.inner.close().await?)
+    }
+}
+
+impl AsRawFd for BufferedFile {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+/// Removes a file without blocking the core.
+pub async fn remove_file(path: impl AsRef<Path>) -> io::Result<()> {
+    Ok(glommio::io::remove(path.as_ref()).await?)
+}
+
+/// Renames a file without blocking the core.
+pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
+    Ok(glommio::io::rename(from.as_ref(), to.as_ref()).await?)
+}
+
+/// fsyncs a directory without blocking the core.
+pub async fn sync_dir_async(dir: impl AsRef<Path>) -> io::Result<()> {
+    let d = glommio::io::Directory::open(dir.as_ref()).await?;
+    d.sync().await?;
+    Ok(d.close().await?)
+}
+
+/// Replaces `path` with `contents` without blocking the core: write a temporary file,
+/// fdatasync it, rename it over `path`; with `sync_parent` also fsync the directory so that the
+/// rename itself is durable (without it a crash may leave the previous version in place, never a
+/// partial one).
+pub async fn replace_file(
+    path: impl AsRef<Path>,
+    contents: Vec<u8>,
+    sync_parent: bool,
+) -> io::Result<()> {
+    let path = path.as_ref();
+    let (dir, name) = match (path.parent(), path.file_name()) {
+        (Some(d), Some(n)) => (d, n),
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "path has no parent or file name",
+            ))
+        }
+    };
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let f = glommio::io::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .buffered_open(&tmp)
+        .await?;
+    let len = contents.len();
+    let written = f.write_at(contents, 0).await?;
+    if written != len {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
+    }
+    f.fdatasync().await?;
+    f.close().await?;
+    rename(&tmp, path).await?;
+    if sync_parent {
+        sync_dir_async(dir).await?;
+    }
+    Ok(())
 }
 
 /// Works around glommio's storage-polling detection (glommio issues #605 and #670): the first

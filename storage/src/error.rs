@@ -58,6 +58,12 @@ pub enum StorageError {
     /// The log was closed or deleted.
     #[error("partition log is closed")]
     Closed,
+    /// A truncation (replication) removed the records an acknowledgement was waiting for.
+    #[error("records up to offset {offset} were truncated before being acknowledged")]
+    Truncated {
+        /// The offset waited for.
+        offset: i64,
+    },
     /// A configuration value is invalid.
     #[error("invalid log config: {0}")]
     InvalidConfig(String),
@@ -70,7 +76,7 @@ impl StorageError {
             StorageError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             StorageError::InvalidBatch(b) => b.error_code(),
             StorageError::Busy { .. } => ErrorCode::Busy,
-            StorageError::Closed => ErrorCode::NotLeaderOrFollower,
+            StorageError::Closed | StorageError::Truncated { .. } => ErrorCode::NotLeaderOrFollower,
             StorageError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             StorageError::Io { .. }
             | StorageError::LogDirFailed(_)

@@ -1,5 +1,38 @@
-//! Partition log storage. See docs/ARCHITECTURE.md and docs/storage-format.md.
+//! Partition log storage: one partition's log on direct IO, driven by the core that owns it.
+//! See docs/ARCHITECTURE.md and docs/storage-format.md (on-disk format, write contract,
+//! recovery).
+//!
+//! - [`CoreStorage`]: per-core budgets, open-file cache, log-directory failure flag.
+//! - [`PartitionLog`]: append (synchronous, offsets assigned), flush/sync (the flusher task),
+//!   reads (memory tail + `File` chunks for sendfile), lookups by timestamp, retention,
+//!   truncation, recovery.
 
+#![warn(missing_docs)]
+
+mod checkpoint;
+mod config;
+mod core;
 mod error;
+pub mod index;
+mod log;
+mod maintenance;
+mod read;
+mod recovery;
+pub mod scan;
+mod segment;
+mod writer;
 
+pub use crate::checkpoint::{
+    LeaderEpochCache, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE,
+    RECOVERY_CHECKPOINT_FILE,
+};
+pub use crate::config::{
+    Durability, LogConfig, StorageConfig, StorageTuning, SEGMENT_SIZE_BYTES_MAX,
+};
+pub use crate::core::CoreStorage;
+pub use crate::log::{
+    AckLevel, AppendInfo, LogOffsets, PartitionLog, ReadBound, TickOutcome, VerifyReport,
+};
+pub use crate::read::{LogRead, ReadChunk};
+pub use crate::segment::{segment_path, SegmentFile, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 pub use error::StorageError;

@@ -1,0 +1,165 @@
+//! Per-partition and per-core storage settings.
+
+use crate::StorageError;
+
+/// Durability policy of a partition log (topic config `durability`). See docs/storage-format.md
+/// ("Write contract") for exactly what each promises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Group commit: the flusher writes everything pending, then one fdatasync covers every
+    /// append of that window. `AckLevel::All` waits for the fdatasync; the high watermark is the
+    /// synced offset.
+    #[default]
+    Fsync,
+    /// Flushes continuously, fdatasync every `flush_interval_ms`; acknowledgements wait for the
+    /// flush only.
+    Interval,
+    /// Never fdatasync except on roll and close (durability left to replication);
+    /// acknowledgements wait for the flush only.
+    None,
+}
+
+/// Largest segment the 32-bit positions of the offset index can address, bytes. One batch may
+/// still overshoot `segment_size_bytes`, so the cap leaves room for it.
+pub const SEGMENT_SIZE_BYTES_MAX: u64 = 1 << 31;
+
+/// Per-partition settings, derived by the broker from topic config + broker defaults.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll when the active segment would grow past this.
+    pub segment_size_bytes: u64,
+    /// `segment.ms`: roll a non-empty active segment this long after its first append.
+    pub segment_ms: u64,
+    /// `index.interval.bytes`: bytes of batches between two offset-index entries.
+    pub index_interval_bytes: u32,
+    /// `segment.index.bytes`: roll when the offset index would grow past this.
+    pub index_size_bytes_max: u32,
+    /// `retention.ms`: delete closed segments whose newest record is older; -1 = forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`: delete oldest closed segments while the log is larger; -1 = no cap.
+    pub retention_bytes: i64,
+    /// `durability`: fsync | interval | none.
+    pub durability: Durability,
+    /// `flush.ms`: fdatasync period under `Durability::Interval`.
+    pub flush_interval_ms: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_size_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            index_size_bytes_max: 10 * 1024 * 1024,
+            retention_ms: 168 * 3600 * 1000,
+            retention_bytes: -1,
+            durability: Durability::Fsync,
+            flush_interval_ms: 1000,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Checks the ranges the log relies on.
+    pub fn validate(&self) -> Result<(), StorageError> {
+        let fail = |m: String| Err(StorageError::InvalidConfig(m));
+        if self.segment_size_bytes < 4096 || self.segment_size_bytes > SEGMENT_SIZE_BYTES_MAX {
+            return fail(format!(
+                "segment_size_bytes {} outside [4096, {SEGMENT_SIZE_BYTES_MAX}]",
+                self.segment_size_bytes
+            ));
+        }
+        if self.segment_ms == 0 {
+            return fail("segment_ms must be positive".into());
+        }
+        if self.index_interval_bytes == 0 {
+            return fail("index_interval_bytes must be positive".into());
+        }
+        if self.index_size_bytes_max < 64 {
+            return fail("index_size_bytes_max must be at least 64".into());
+        }
+        if self.retention_ms < -1 || self.retention_bytes < -1 {
+            return fail("retention_ms and retention_bytes must be >= -1".into());
+        }
+        if self.flush_interval_ms == 0 {
+            return fail("flush_interval_ms must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// Most offset-index entries a segment may hold before it rolls.
+    pub(crate) fn index_entries_max(&self) -> usize {
+        (self.index_size_bytes_max as usize / crate::index::OFFSET_ENTRY_SIZE_BYTES).max(1)
+    }
+}
+
+/// Per-core settings and shared state of every log on one core: memory budgets, open-file
+/// cache, the failed flag of the log directory.
+#[derive(Clone, Debug)]
+pub struct StorageConfig {
+    /// Appended but not yet flushed bytes allowed per core; `append` answers `Busy` beyond it.
+    pub write_buffer_bytes_max: u64,
+    /// Flushed batches kept in memory per core to serve tail reads (direct-IO writes bypass the
+    /// page cache).
+    pub tail_cache_bytes_max: u64,
+    /// Read descriptors of segment files kept open per core (LRU).
+    pub open_files_max: u32,
+    /// Largest single direct-IO write, bytes (rounded down to the device alignment).
+    pub write_size_bytes_max: usize,
+    /// Period of the recovery-point checkpoint (which also fdatasyncs unsynced data).
+    pub recovery_checkpoint_interval_ms: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            write_buffer_bytes_max: 256 * 1024 * 1024,
+            tail_cache_bytes_max: 256 * 1024 * 1024,
+            open_files_max: 4096,
+            write_size_bytes_max: 4 * 1024 * 1024,
+            recovery_checkpoint_interval_ms: 1000,
+        }
+    }
+}
+
+impl StorageConfig {
+    /// Checks the ranges the storage relies on.
+    pub fn validate(&self) -> Result<(), StorageError> {
+        let fail = |m: &str| Err(StorageError::InvalidConfig(m.into()));
+        if self.write_buffer_bytes_max == 0 {
+            return fail("write_buffer_bytes_max must be positive");
+        }
+        if self.open_files_max == 0 {
+            return fail("open_files_max must be positive");
+        }
+        if self.write_size_bytes_max < 4096 {
+            return fail("write_size_bytes_max must be at least 4096");
+        }
+        if self.recovery_checkpoint_interval_ms == 0 {
+            return fail("recovery_checkpoint_interval_ms must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// Tuning knobs beyond the contract's `StorageConfig`, with measured defaults. Used by
+/// benchmarks; the broker can keep the defaults.
+#[derive(Clone, Debug)]
+pub struct StorageTuning {
+    /// Direct-IO writes of one partition in flight at once (chunks of one flush round).
+    pub writes_in_flight_max: usize,
+    /// The active segment file is pre-allocated in steps of this many bytes.
+    pub preallocate_step_bytes: u64,
+    /// Size of one read during recovery and verification scans, bytes.
+    pub scan_read_size_bytes: usize,
+}
+
+impl Default for StorageTuning {
+    fn default() -> Self {
+        StorageTuning {
+            writes_in_flight_max: 2,
+            preallocate_step_bytes: 64 * 1024 * 1024,
+            scan_read_size_bytes: 8 * 1024 * 1024,
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! `CoreStorage`: what every partition log on one core shares — memory budgets, the open-file
+//! cache, the tail-cache eviction order, and the failed flag of the log directory.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+
+use borges_runtime::sync::Notify;
+
+use crate::config::{StorageConfig, StorageTuning};
+use crate::index::SegmentIndex;
+use crate::log::PartitionLog;
+use crate::segment::SegmentFile;
+use crate::StorageError;
+
+/// A segment opened for reading: its plain descriptor and, for finalized segments, its index
+/// loaded from disk on first use. Lives on one core.
+pub(crate) struct OpenSegment {
+    pub file: Rc<SegmentFile>,
+    pub index: RefCell<Option<Rc<SegmentIndex>>>,
+}
+
+type FileKey = (u64, i64);
+
+/// LRU of open segment read descriptors, bounded by `open_files_max`.
+#[derive(Default)]
+struct FileCache {
+    entries: HashMap<FileKey, (Rc<OpenSegment>, u64)>,
+    order: BTreeMap<u64, FileKey>,
+    tick: u64,
+}
+
+impl FileCache {
+    fn get(&mut self, key: FileKey) -> Option<Rc<OpenSegment>> {
+        self.tick += 1;
+        let tick = self.tick;
+        let (seg, used) = self.entries.get_mut(&key)?;
+        self.order.remove(used);
+        *used = tick;
+        self.order.insert(tick, key);
+        Some(seg.clone())
+    }
+
+    fn insert(&mut self, key: FileKey, seg: Rc<OpenSegment>, max: usize) {
+        self.remove(key);
+        while self.entries.len() >= max {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+        self.tick += 1;
+        self.order.insert(self.tick, key);
+        self.entries.insert(key, (seg, self.tick));
+    }
+
+    fn remove(&mut self, key: FileKey) {
+        if let Some((_, used)) = self.entries.remove(&key) {
+            self.order.remove(&used);
+        }
+    }
+}
+
+/// Per-core settings and shared state of every log on one core: memory budgets, open-file
+/// cache, the failed flag of the log directory. Lives on one core (`Rc`, not `Send`).
+pub struct CoreStorage {
+    data_dir: PathBuf,
+    pub(crate) config: StorageConfig,
+    pub(crate) tuning: StorageTuning,
+    unflushed_bytes: Cell<u64>,
+    tail_cache_bytes: Cell<u64>,
+    failed: RefCell<Option<String>>,
+    /// Bumped when the log directory fails.
+    pub(crate) failure: Notify,
+    /// Bumped when unflushed bytes shrink.
+    pub(crate) writable: Notify,
+    next_log_id: Cell<u64>,
+    files: RefCell<FileCache>,
+    tickets: RefCell<VecDeque<(Weak<PartitionLog>, i64)>>,
+}
+
+impl CoreStorage {
+    /// Creates the per-core context; primes the device (runtime::fs::prime_device) in data_dir.
+    pub async fn new(
+        data_dir: &Path,
+        config: StorageConfig,
+    ) -> Result<Rc<CoreStorage>, StorageError> {
+        CoreStorage::with_tuning(data_dir, config, StorageTuning::default()).await
+    }
+
+    /// [`CoreStorage::new`] with non-default tuning (benchmarks).
+    pub async fn with_tuning(
+        data_dir: &Path,
+        config: StorageConfig,
+        tuning: StorageTuning,
+    ) -> Result<Rc<CoreStorage>, StorageError> {
+        config.validate()?;
+        borges_runtime::fs::prime_device(data_dir)
+            .await
+            .map_err(|source| StorageError::Io {
+                op: "prime device",
+                path: data_dir.to_path_buf(),
+                source,
+            })?;
+        Ok(Rc::new(CoreStorage {
+            data_dir: data_dir.to_path_buf(),
+            config,
+            tuning,
+            unflushed_bytes: Cell::new(0),
+            tail_cache_bytes: Cell::new(0),
+            failed: RefCell::new(None),
+            failure: Notify::default(),
+            writable: Notify::default(),
+            next_log_id: Cell::new(1),
+            files: RefCell::new(FileCache::default()),
+            tickets: RefCell::new(VecDeque::new()),
+        }))
+    }
+
+    /// Appended but not yet flushed bytes of every log on this core.
+    pub fn unflushed_bytes(&self) -> u64 {
+        self.unflushed_bytes.get()
+    }
+
+    /// Flushed batches held in memory for tail reads by every log on this core.
+    pub fn tail_cache_bytes(&self) -> u64 {
+        self.tail_cache_bytes.get()
+    }
+
+    /// Open segment read descriptors in the cache (not counting ones held by reads in progress).
+    pub fn open_files(&self) -> usize {
+        self.files.borrow().entries.len()
+    }
+
+    /// The directory this core primed.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &StorageConfig {
+        &self.config
+    }
+
+    /// Whether a write or fsync failed on this core's log directory.
+    pub fn is_failed(&self) -> bool {
+        self.failed.borrow().is_some()
+    }
+
+    pub(crate) fn check_failed(&self) -> Result<(), StorageError> {
+        match &*self.failed.borrow() {
+            Some(_) => Err(StorageError::LogDirFailed(self.data_dir.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the log directory failed: every log on this core refuses appends and acks.
+    pub(crate) fn fail(&self, what: &str) {
+        let first = self.failed.borrow().is_none();
+        if first {
+            tracing::error!(
+                data_dir = %self.data_dir.display(),
+                "log directory failed: {what}; every log on this core refuses writes until restart"
+            );
+            *self.failed.borrow_mut() = Some(what.to_string());
+            self.failure.notify_all();
+        }
+    }
+
+    pub(crate) fn next_log_id(&self) -> u64 {
+        let id = self.next_log_id.get();
+        self.next_log_id.set(id + 1);
+        id
+    }
+
+    /// Whether `size_bytes` more unflushed bytes fit (a lone request always fits when nothing is
+    /// buffered, so that a batch larger than the budget cannot wait forever).
+    pub(crate) fn has_room(&self, size_bytes: u64) -> bool {
+        let used = self.unflushed_bytes.get();
+        used == 0 || used + size_bytes <= self.config.write_buffer_bytes_max
+    }
+
+    pub(crate) fn add_unflushed(&self, size_bytes: u64) {
+        self.unflushed_bytes
+            .set(self.unflushed_bytes.get() + size_bytes);
+    }
+
+    pub(crate) fn sub_unflushed(&self, size_bytes: u64) {
+        let used = self.unflushed_bytes.get();
+        debug_assert!(used >= size_bytes);
+        self.unflushed_bytes.set(used.saturating_sub(size_bytes));
+        self.writable.notify_all();
+    }
+
+    pub(crate) fn add_cached(&self, log: &Rc<PartitionLog>, end_offset: i64, size_bytes: u64) {
+        self.tail_cache_bytes
+            .set(self.tail_cache_bytes.get() + size_bytes);
+        self.tickets
+            .borrow_mut()
+            .push_back((Rc::downgrade(log), end_offset));
+    }
+
+    pub(crate) fn sub_cached(&self, size_bytes: u64) {
+        let used = self.tail_cache_bytes.get();
+        debug_assert!(used >= size_bytes);
+        self.tail_cache_bytes.set(used.saturating_sub(size_bytes));
+    }
+
+    /// Evicts the oldest cached batches of this core until the tail cache fits its budget.
+    /// Must be called with no log state borrowed.
+    pub(crate) fn enforce_tail_budget(&self) {
+        while self.tail_cache_bytes.get() > self.config.tail_cache_bytes_max {
+            let Some((log, end)) = self.tickets.borrow_mut().pop_front() else {
+                break;
+            };
+            if let Some(log) = log.upgrade() {
+                log.evict_cached_before(end);
+            }
+        }
+    }
+
+    pub(crate) fn cached_file(&self, log_id: u64, base: i64) -> Option<Rc<OpenSegment>> {
+        self.files.borrow_mut().get((log_id, base))
+    }
+
+    pub(crate) fn insert_file(&self, log_id: u64, base: i64, seg: Rc<OpenSegment>) {
+        let max = self.config.open_files_max as usize;
+        self.files.borrow_mut().insert((log_id, base), seg, max);
+    }
+
+    pub(crate) fn forget_file(&self, log_id: u64, base: i64) {
+        self.files.borrow_mut().remove((log_id, base));
+    }
+}
