@@ -521,6 +521,20 @@ impl PartitionLog {
         result
     }
 
+    /// Test hook: stops the flusher at once, abandoning unflushed batches and leaving the files
+    /// as a process crash would (no trim, no checkpoint, no marker). Reopen the directory to
+    /// run recovery.
+    #[doc(hidden)]
+    pub fn crash_for_tests(&self) {
+        {
+            let mut st = self.state.borrow_mut();
+            st.flusher_stopped = true;
+            st.gate = Gate::Closed;
+        }
+        self.work.notify_all();
+        self.release_memory();
+    }
+
     /// Frees the in-memory batches and forgets cached descriptors (after close).
     fn release_memory(&self) {
         let mut st = self.state.borrow_mut();

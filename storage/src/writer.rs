@@ -355,6 +355,9 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, mut writer: Wri
 
 impl PartitionLog {
     async fn flusher_step(self: &Rc<Self>, w: &mut Writer) -> Step {
+        if self.state.borrow().flusher_stopped {
+            return Step::Stop;
+        }
         if self.core.is_failed() {
             self.stop_flusher(|| StorageError::LogDirFailed(self.core.data_dir().to_path_buf()));
             return Step::Stop;
@@ -531,6 +534,9 @@ impl PartitionLog {
     fn complete_flush(self: &Rc<Self>, w: &Writer, total: u64, end_offset: i64) {
         let hw_moved = {
             let mut st = self.state.borrow_mut();
+            if st.flusher_stopped {
+                return;
+            }
             st.flushed = Point {
                 offset: end_offset,
                 segment_base: w.segment_base,
@@ -689,7 +695,8 @@ impl PartitionLog {
     /// the log end, clean-shutdown marker.
     async fn close_writer(&self, w: &mut Writer) -> Result<(), StorageError> {
         w.trim_and_sync().await?;
-        self.mark_synced(self.state.borrow().flushed);
+        let flushed = self.state.borrow().flushed;
+        self.mark_synced(flushed);
         self.checkpoint(w).await?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         borges_runtime::fs::replace_file(&marker, Vec::new(), true)

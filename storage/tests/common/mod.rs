@@ -1,0 +1,127 @@
+//! Helpers shared by the storage integration tests: real files in a temp dir, real glommio.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::rc::Rc;
+
+use borges_protocol::batch::{BatchBuilder, BatchOptions, Compression, RecordBatch};
+use borges_storage::{CoreStorage, Durability, LogConfig, PartitionLog, ReadBound, StorageConfig};
+use bytes::{Bytes, BytesMut};
+
+/// Runs `f` on a fresh single-core glommio executor.
+pub fn run<F, Fut, T>(f: F) -> T
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    borges_runtime::executor::run_local(f()).expect("executor starts")
+}
+
+/// A batch of `records` records whose values encode `first_value..` and have `timestamp_ms`
+/// increasing by one per record; `pad` bytes of payload per record.
+pub fn batch(first_value: u64, records: u32, timestamp_ms: i64, pad: usize) -> BytesMut {
+    let mut b = BatchBuilder::new(BatchOptions::default(), 64 + pad * records as usize);
+    for i in 0..records {
+        let mut value = format!("v{}-", first_value + u64::from(i)).into_bytes();
+        value.resize(value.len() + pad, b'x');
+        b.push(timestamp_ms + i64::from(i), None, Some(&value), &[]);
+    }
+    BytesMut::from(&b.build().expect("batch builds")[..])
+}
+
+/// A zstd-compressed variant of [`batch`].
+pub fn zstd_batch(first_value: u64, records: u32, timestamp_ms: i64) -> BytesMut {
+    let mut b = BatchBuilder::new(
+        BatchOptions {
+            compression: Compression::Zstd,
+            ..BatchOptions::default()
+        },
+        1024,
+    );
+    for i in 0..records {
+        let value = format!("z{}", first_value + u64::from(i)).into_bytes();
+        b.push(timestamp_ms + i64::from(i), None, Some(&value), &[]);
+    }
+    BytesMut::from(&b.build().expect("batch builds")[..])
+}
+
+/// A small log config: tiny segments and index interval so rolls and index use happen quickly.
+pub fn small_config(durability: Durability) -> LogConfig {
+    LogConfig {
+        segment_size_bytes: 16 * 1024,
+        index_interval_bytes: 512,
+        durability,
+        retention_ms: -1,
+        ..LogConfig::default()
+    }
+}
+
+/// Storage config with small budgets.
+pub fn storage_config() -> StorageConfig {
+    StorageConfig {
+        write_buffer_bytes_max: 8 << 20,
+        tail_cache_bytes_max: 64 * 1024,
+        open_files_max: 8,
+        write_size_bytes_max: 64 * 1024,
+        recovery_checkpoint_interval_ms: 1000,
+    }
+}
+
+pub async fn core(dir: &Path, config: StorageConfig) -> Rc<CoreStorage> {
+    CoreStorage::new(dir, config).await.expect("core storage")
+}
+
+pub async fn open(core: &Rc<CoreStorage>, dir: &Path, config: LogConfig) -> Rc<PartitionLog> {
+    PartitionLog::open(core, dir.to_path_buf(), config)
+        .await
+        .expect("log opens")
+}
+
+/// Every batch from `offset` to the log end (or high watermark), parsed.
+pub async fn read_all(log: &PartitionLog, offset: i64, bound: ReadBound) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    let mut cur = offset;
+    loop {
+        let (bytes, offsets) = log.read_bytes(cur, 256 * 1024, bound).await.expect("read");
+        if bytes.is_empty() {
+            break;
+        }
+        let batches = RecordBatch::parse_many(&bytes).expect("valid batches");
+        cur = batches.last().expect("some").last_offset() + 1;
+        out.extend(batches);
+        let end = match bound {
+            ReadBound::HighWatermark => offsets.high_watermark,
+            ReadBound::LogEnd => offsets.log_end_offset,
+        };
+        if cur >= end {
+            break;
+        }
+    }
+    out
+}
+
+/// The record values of `batches`, in order.
+pub fn values(batches: &[RecordBatch]) -> Vec<(i64, Bytes)> {
+    batches
+        .iter()
+        .flat_map(|b| b.records(1 << 24).expect("records decode"))
+        .map(|r| (r.offset, r.value.expect("value")))
+        .collect()
+}
+
+/// Checks that record `offset` holds value `v<offset>-...` (as written by [`batch`] with
+/// `first_value` = base offset).
+pub fn assert_values_match_offsets(batches: &[RecordBatch]) {
+    for (offset, value) in values(batches) {
+        let prefix = format!("v{offset}-");
+        assert!(
+            value.starts_with(prefix.as_bytes()),
+            "offset {offset} holds {:?}",
+            String::from_utf8_lossy(&value[..value.len().min(20)])
+        );
+    }
+}
+
+pub fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).expect("stat").len()
+}

@@ -1,0 +1,406 @@
+//! Append, flush, read, roll, restart, retention, timestamps, truncation, limits.
+
+mod common;
+
+use borges_storage::{AckLevel, Durability, LogConfig, ReadBound, ReadChunk, StorageError};
+use common::*;
+
+#[test]
+fn append_assigns_offsets_and_reads_return_exactly_what_was_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let core = core(dir.path(), storage_config()).await;
+        let log = open(
+            &core,
+            &dir.path().join("t-0"),
+            small_config(Durability::Fsync),
+        )
+        .await;
+        let mut expected = Vec::new();
+        let mut next = 0u64;
+        for i in 0..200u32 {
+            let n = 1 + i % 5;
+            let b = batch(next, n, 1_000 + i64::from(i), 40);
+            let info = log.append(vec![b], 3).unwrap();
+            assert_eq!(info.base_offset, next as i64);
+            assert_eq!(info.last_offset, (next + u64::from(n)) as i64 - 1);
+            next += u64::from(n);
+            expected.push(info);
+        }
+        log.wait_acked(next as i64 - 1, AckLevel::All)
+            .await
+            .unwrap();
+        let offsets = log.offsets();
+        assert_eq!(offsets.log_end_offset, next as i64);
+        assert_eq!(offsets.high_watermark, next as i64);
+        assert!(log.segment_count() > 1, "small segments roll");
+        let batches = read_all(&log, 0, ReadBound::HighWatermark).await;
+        assert_eq!(batches.len(), 200);
+        assert_values_match_offsets(&batches);
+        for (b, info) in batches.iter().zip(&expected) {
+            assert_eq!(b.base_offset(), info.base_offset);
+            assert_eq!(b.header().partition_leader_epoch, 3);
+        }
+        // A read from the middle of a batch starts at that batch.
+        let (bytes, _) = log
+            .read_bytes(7, 1, ReadBound::HighWatermark)
+            .await
+            .unwrap();
+        let first = &borges_protocol::batch::RecordBatch::parse_many(&bytes).unwrap()[0];
+        assert!(first.base_offset() <= 7 && first.last_offset() >= 7);
+        // Offsets outside the log.
+        assert!(matches!(
+            log.read(next as i64 + 1, 100, ReadBound::LogEnd).await,
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
+        let empty = log
+            .read(next as i64, 100, ReadBound::HighWatermark)
+            .await
+            .unwrap();
+        assert!(empty.chunks.is_empty());
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn reads_are_batch_aligned_and_respect_max_bytes_with_file_and_memory_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let core = core(dir.path(), storage_config()).await;
+        let log = open(
+            &core,
+            &dir.path().join("t-0"),
+            small_config(Durability::None),
+        )
+        .await;
+        let mut sizes = Vec::new();
+        let mut next = 0u64;
+        for i in 0..300u32 {
+            let b = batch(next, 2, i64::from(i), 30 + (i as usize * 13) % 200);
+            sizes.push(b.len() as u64);
+            log.append(vec![b], 0).unwrap();
+            next += 2;
+        }
+        log.flush().await.unwrap();
+        // The tail cache (64 KiB) holds only the newest batches: early reads come from files.
+        let early = log.read(0, 10_000, ReadBound::HighWatermark).await.unwrap();
+        assert!(matches!(early.chunks[0], ReadChunk::File { .. }));
+        let late = log
+            .read(next as i64 - 2, 10_000, ReadBound::HighWatermark)
+            .await
+            .unwrap();
+        assert!(matches!(late.chunks[0], ReadChunk::Memory(_)));
+        assert!(core.tail_cache_bytes() <= 64 * 1024);
+        for start_batch in [0usize, 5, 77, 150, 299] {
+            for max in [1u64, 100, 1000, 5000, 40_000] {
+                let offset = start_batch as i64 * 2 + 1;
+                let r = log
+                    .read(offset, max, ReadBound::HighWatermark)
+                    .await
+                    .unwrap();
+                // Greedy whole batches: at least one, then as many as fit.
+                let mut want = 0u64;
+                let mut count = 0;
+                for s in &sizes[start_batch..] {
+                    if count > 0 && want + s > max {
+                        break;
+                    }
+                    want += s;
+                    count += 1;
+                }
+                assert_eq!(r.size_bytes, want, "start {start_batch} max {max}");
+                let total: u64 = r.chunks.iter().map(|c| c.len()).sum();
+                assert_eq!(total, want);
+                let (bytes, _) = log
+                    .read_bytes(offset, max, ReadBound::HighWatermark)
+                    .await
+                    .unwrap();
+                let batches = borges_protocol::batch::RecordBatch::parse_many(&bytes).unwrap();
+                assert_eq!(batches.len(), count);
+                assert_eq!(batches[0].base_offset(), start_batch as i64 * 2);
+                assert_values_match_offsets(&batches);
+            }
+        }
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn close_and_reopen_keeps_everything_and_continues_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-1");
+    run(|| async {
+        let core = core(dir.path(), storage_config()).await;
+        let log = open(&core, &path, small_config(Durability::Interval)).await;
+        for i in 0..100u64 {
+            log.append(vec![batch(i * 3, 3, 10 + i as i64, 100)], 1)
+                .unwrap();
+        }
+        log.append(vec![batch(300, 1, 5_000, 10)], 2).unwrap();
+        log.close().await.unwrap();
+        assert!(path.join(borges_storage::CLEAN_SHUTDOWN_FILE).exists());
+        assert!(matches!(
+            log.append(vec![batch(0, 1, 0, 0)], 1),
+            Err(StorageError::Closed)
+        ));
+        let log = open(&core, &path, small_config(Durability::Interval)).await;
+        assert!(!path.join(borges_storage::CLEAN_SHUTDOWN_FILE).exists());
+        assert_eq!(log.offsets().log_end_offset, 301);
+        assert_eq!(log.offsets().high_watermark, 301);
+        assert_eq!(log.epoch_end_offset(1), Some((1, 300)));
+        assert_eq!(log.epoch_end_offset(2), Some((2, 301)));
+        let info = log.append(vec![batch(301, 2, 6_000, 10)], 2).unwrap();
+        assert_eq!(info.base_offset, 301);
+        log.flush().await.unwrap();
+        let batches = read_all(&log, 0, ReadBound::HighWatermark).await;
+        assert_eq!(values(&batches).len(), 303);
+        assert_values_match_offsets(&batches);
+        assert_eq!(
+            log.verify().await.unwrap().segments_checked,
+            log.segment_count() - 1
+        );
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn lookups_by_timestamp_are_record_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-2");
+    run(|| async {
+        let core = core(dir.path(), storage_config()).await;
+        let log = open(&core, &path, small_config(Durability::Fsync)).await;
+        // Batch i holds 4 records with timestamps 1000*i .. 1000*i+3; batch 50 is zstd with
+        // older timestamps, and batch 60 holds the maximum.
+        for i in 0..100u64 {
+            let ts = if i == 60 {
+                1_000_000
+            } else if i == 50 {
+                10
+            } else {
+                1000 * i as i64
+            };
+            let b = if i == 50 {
+                zstd_batch(i * 4, 4, ts)
+            } else {
+                batch(i * 4, 4, ts, 60)
+            };
+            log.append(vec![b], 0).unwrap();
+        }
+        log.sync().await.unwrap();
+        for _ in 0..2 {
+            assert_eq!(log.offset_for_timestamp(0).await.unwrap(), Some((0, 0)));
+            assert_eq!(log.offset_for_timestamp(1).await.unwrap(), Some((1, 1)));
+            assert_eq!(
+                log.offset_for_timestamp(20_002).await.unwrap(),
+                Some((82, 20_002))
+            );
+            assert_eq!(
+                log.offset_for_timestamp(20_004).await.unwrap(),
+                Some((84, 21_000))
+            );
+            assert_eq!(
+                log.offset_for_timestamp(99_004).await.unwrap(),
+                Some((240, 1_000_000))
+            );
+            assert_eq!(log.offset_for_timestamp(2_000_000).await.unwrap(), None);
+            assert_eq!(log.max_timestamp().await.unwrap(), Some((243, 1_000_003)));
+            log.close().await.unwrap();
+            let reopened = open(&core, &path, small_config(Durability::Fsync)).await;
+            assert!(reopened.segment_count() > 2);
+            // Second round runs against the reopened log.
+            return_check(&reopened).await;
+            reopened.close().await.unwrap();
+            break;
+        }
+    });
+}
+
+async fn return_check(log: &borges_storage::PartitionLog) {
+    assert_eq!(
+        log.offset_for_timestamp(20_002).await.unwrap(),
+        Some((82, 20_002))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(99_004).await.unwrap(),
+        Some((240, 1_000_000))
+    );
+    assert_eq!(log.max_timestamp().await.unwrap(), Some((243, 1_000_003)));
+}
+
+#[test]
+fn retention_deletes_whole_closed_segments_and_moves_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-3");
+    run(|| async {
+        let core = core(dir.path(), storage_config()).await;
+        let mut config = small_config(Durability::Fsync);
+        config.retention_bytes = 40 * 1024;
+        let log = open(&core, &path, config.clone()).await;
+        for i in 0..400u64 {
+            log.append(vec![batch(i, 1, 1_000 + i as i64, 200)], 0)
+                .unwrap();
+        }
+        log.sync().await.unwrap();
+        let before = log.segment_count();
+        // Let the flusher finalize rolled segments (retention only deletes finalized ones).
+        log.flush().await.unwrap();
+        let outcome = log.tick(borges_runtime::time::now_ms()).await.unwrap();
+        assert!(
+            outcome.segments_deleted > 0,
+            "{outcome:?} of {before} segments"
+        );
+        assert!(log.size_bytes() < 40 * 1024 + config.segment_size_bytes);
+        let start = log.offsets().log_start_offset;
+        assert!(start > 0);
+        assert!(matches!(
+            log.read(0, 100, ReadBound::HighWatermark).await,
+            Err(StorageError::OffsetOutOfRange { .. })
+        ));
+        let batches = read_all(&log, start, ReadBound::HighWatermark).await;
+        assert_eq!(batches[0].base_offset(), start);
+        assert_values_match_offsets(&batches);
+        // Time retention: everything closed is older than 1 ms at a far future "now"; the
+        // segment.ms roll at the same tick closes the active segment too.
+        let mut config = config;
+        config.retention_ms = 1;
+        config.segment_ms = 1;
+        log.update_config(config.clone()).await.unwrap();
+        let far = borges_runtime::time::now_ms() + 3_600_000;
+        let first = log.tick(far).await.unwrap();
+        assert!(first.rolled);
+        log.flush().await.unwrap();
+        // Wait for the flusher to finalize the rolled segment, then retention can take it.
+        let mut deleted = first.segments_deleted;
+        for _ in 0..100 {
+            deleted += log.tick(far).await.unwrap().segments_deleted;
+            if log.segment_count() == 1 {
+                break;
+            }
+            borges_runtime::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(log.segment_count(), 1, "only the active segment remains");
+        assert!(deleted > 0);
+        assert_eq!(log.offsets().log_start_offset, 400);
+        log.close().await.unwrap();
+        let log = open(&core, &path, config).await;
+        assert_eq!(log.offsets().log_start_offset, 400);
+        assert_eq!(log.offsets().log_end_offset, 400);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn truncate_to_cuts_whole_batches_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-4");
+    run(|| async {
+        let core = core(dir.path(), storage_config()).await;
+        let log = open(&core, &path, small_config(Durability::Fsync)).await;
+        for i in 0..200u64 {
+            log.append(vec![batch(i * 2, 2, i as i64, 100)], (i / 50) as i32)
+                .unwrap();
+        }
+        log.sync().await.unwrap();
+        let segments = log.segment_count();
+        // Mid-batch offset 301: the batch [300, 301] goes too.
+        log.truncate_to(301).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, 300);
+        assert_eq!(log.offsets().high_watermark, 300);
+        assert!(log.segment_count() <= segments);
+        assert_eq!(log.epoch_end_offset(3), None);
+        assert_eq!(log.epoch_end_offset(2), Some((2, 300)));
+        // Far back, into a closed segment.
+        log.truncate_to(40).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, 40);
+        let info = log.append(vec![batch(40, 2, 5, 100)], 7).unwrap();
+        assert_eq!(info.base_offset, 40);
+        log.wait_acked(41, AckLevel::All).await.unwrap();
+        let batches = read_all(&log, 0, ReadBound::HighWatermark).await;
+        assert_eq!(values(&batches).len(), 42);
+        assert_values_match_offsets(&batches);
+        log.close().await.unwrap();
+        let log = open(&core, &path, small_config(Durability::Fsync)).await;
+        assert_eq!(log.offsets().log_end_offset, 42);
+        assert_values_match_offsets(&read_all(&log, 0, ReadBound::HighWatermark).await);
+        // Below the log start: empty log restarting there.
+        log.truncate_to(0).await.unwrap();
+        assert_eq!(log.offsets().log_end_offset, 0);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn ack_waiters_see_truncation_and_busy_budget_is_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let mut cfg = storage_config();
+        cfg.write_buffer_bytes_max = 8 * 1024;
+        let core = core(dir.path(), cfg).await;
+        let log = open(
+            &core,
+            &dir.path().join("t-5"),
+            small_config(Durability::None),
+        )
+        .await;
+        log.append(vec![batch(0, 1, 0, 6000)], 0).unwrap();
+        let busy = log.append(vec![batch(1, 1, 0, 6000)], 0);
+        assert!(matches!(busy, Err(StorageError::Busy { .. })), "{busy:?}");
+        assert!(core.unflushed_bytes() > 0);
+        log.wait_writable(7000).await;
+        log.append(vec![batch(1, 1, 0, 6000)], 0).unwrap();
+        log.flush().await.unwrap();
+        assert_eq!(core.unflushed_bytes(), 0);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn invalid_batches_are_refused_without_side_effects() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let core = core(dir.path(), storage_config()).await;
+        let log = open(&core, &dir.path().join("t-6"), LogConfig::default()).await;
+        let good = batch(0, 2, 0, 10);
+        let mut short = good.clone();
+        short.truncate(good.len() - 1);
+        assert!(matches!(
+            log.append(vec![good.clone(), short], 0),
+            Err(StorageError::InvalidBatch(_))
+        ));
+        let mut bad_magic = good.clone();
+        bad_magic[16] = 1;
+        assert!(log.append(vec![bad_magic], 0).is_err());
+        assert!(log.append(vec![], 0).is_err());
+        assert_eq!(log.offsets().log_end_offset, 0);
+        assert_eq!(log.append(vec![good], 0).unwrap().base_offset, 0);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn open_files_stay_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    run(|| async {
+        let mut cfg = storage_config();
+        cfg.open_files_max = 3;
+        cfg.tail_cache_bytes_max = 0;
+        let core = core(dir.path(), cfg).await;
+        let log = open(
+            &core,
+            &dir.path().join("t-7"),
+            small_config(Durability::None),
+        )
+        .await;
+        for i in 0..300u64 {
+            log.append(vec![batch(i, 1, 0, 500)], 0).unwrap();
+        }
+        log.flush().await.unwrap();
+        assert!(log.segment_count() > 5);
+        assert_eq!(core.tail_cache_bytes(), 0);
+        let batches = read_all(&log, 0, ReadBound::HighWatermark).await;
+        assert_eq!(batches.len(), 300);
+        assert!(core.open_files() <= 3, "{} open", core.open_files());
+        log.close().await.unwrap();
+    });
+}
