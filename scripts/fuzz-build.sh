@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in fuzz/ (frame decoder, batch decoder, message verification).
+#
+#   scripts/fuzz-build.sh            build every target (what CI runs)
+#   scripts/fuzz-build.sh run [SECS] build, then run each target for SECS seconds (default 60)
+#
+# Installs what it needs: cargo-fuzz (from crates.io) and, through rustup, a nightly toolchain
+# when none is installed. cargo-fuzz instruments with -Zsanitizer, which needs nightly. If no
+# nightly toolchain can be had, it falls back to a plain stable build of the fuzz crate, which
+# checks that every target compiles and links (but is not instrumented for fuzzing).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+CARGO_FUZZ_VERSION=0.13.2
+TARGETS=(frame_decoder batch_decoder message_verify)
+TARGET_DIR="${FUZZ_TARGET_DIR:-$PWD/fuzz/target}"
+mode="${1:-build}"
+seconds="${2:-60}"
+
+have_nightly() {
+    rustup run nightly rustc --version >/dev/null 2>&1
+}
+
+if ! have_nightly; then
+    echo "fuzz-build: installing the nightly toolchain" >&2
+    rustup toolchain install nightly --profile minimal >&2 || true
+fi
+
+if ! have_nightly; then
+    echo "fuzz-build: WARNING no nightly toolchain; building the targets uninstrumented with stable" >&2
+    cargo build --manifest-path fuzz/Cargo.toml --release --target-dir "$TARGET_DIR" --bins
+    [ "$mode" = run ] && { echo "fuzz-build: cannot run without nightly" >&2; exit 1; }
+    exit 0
+fi
+
+if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+    echo "fuzz-build: installing cargo-fuzz $CARGO_FUZZ_VERSION" >&2
+    cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+fi
+
+cargo +nightly fuzz build -O --target-dir "$TARGET_DIR"
+echo "fuzz-build: built ${TARGETS[*]}"
+
+if [ "$mode" = run ]; then
+    for target in "${TARGETS[@]}"; do
+        echo "fuzz-build: running $target for ${seconds}s" >&2
+        cargo +nightly fuzz run -O --target-dir "$TARGET_DIR" "$target" -- \
+            -max_total_time="$seconds" -rss_limit_mb=2048
+    done
+fi
