@@ -49,6 +49,11 @@ impl ClientCore {
         }
     }
 
+    /// Increases with every metadata refresh; lets callers cache what they derived from it.
+    pub fn metadata_generation(&self) -> u64 {
+        self.refresh_generation.load(Ordering::Acquire)
+    }
+
     fn set_metadata(&self, metadata: ClusterMetadata) -> Arc<ClusterMetadata> {
         let metadata = Arc::new(metadata);
         match self.metadata.write() {

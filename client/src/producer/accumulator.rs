@@ -128,10 +128,33 @@ struct PartitionQueue {
     ready: VecDeque<ProducerBatch>,
 }
 
+/// A topic's partition count and the partitions with a leader, as of one metadata generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TopicRouting {
+    /// The `ClientCore` metadata generation this was taken from.
+    pub generation: u64,
+    pub partition_count: u32,
+    pub available: Vec<u32>,
+}
+
 #[derive(Debug)]
 struct TopicQueues {
-    partitions: HashMap<i32, PartitionQueue>,
+    name: Arc<str>,
+    /// Index = partition number.
+    partitions: Vec<PartitionQueue>,
     sticky: StickyPartitioner,
+    routing: Option<TopicRouting>,
+}
+
+impl TopicQueues {
+    fn queue(&mut self, partition: i32) -> &mut PartitionQueue {
+        let index = usize::try_from(partition).expect("partitions are checked non-negative");
+        if self.partitions.len() <= index {
+            self.partitions
+                .resize_with(index + 1, PartitionQueue::default);
+        }
+        &mut self.partitions[index]
+    }
 }
 
 /// Settings the accumulator needs (from `ProducerConfig`).
@@ -182,7 +205,11 @@ pub(crate) struct Drained {
 #[derive(Debug)]
 pub(crate) struct Accumulator {
     config: AccumulatorConfig,
-    topics: HashMap<Arc<str>, TopicQueues>,
+    topics: Vec<TopicQueues>,
+    topic_index: HashMap<Arc<str>, usize>,
+    /// The topic of the last append: most producers send to one topic at a time, and a pointer
+    /// comparison is cheaper than hashing the name.
+    last_topic: Option<(Arc<str>, usize)>,
     next_batch_id: u64,
     incomplete: BTreeSet<u64>,
     flush_until: u64,
@@ -207,7 +234,9 @@ impl Accumulator {
     pub fn new(config: AccumulatorConfig, seed: u64) -> Accumulator {
         Accumulator {
             config,
-            topics: HashMap::new(),
+            topics: Vec::new(),
+            topic_index: HashMap::new(),
+            last_topic: None,
             next_batch_id: 0,
             incomplete: BTreeSet::new(),
             flush_until: 0,
@@ -217,61 +246,86 @@ impl Accumulator {
         }
     }
 
-    /// The sticky partition for a keyless record of `topic`.
-    pub fn sticky_partition(
-        &mut self,
-        topic: &Arc<str>,
-        available: &[u32],
-        partition_count: u32,
-        record_size_bytes: usize,
-    ) -> u32 {
-        let batch_size_bytes = self.config.batch_size_bytes;
-        self.topic_queues(topic).sticky.next(
-            available,
-            partition_count,
-            record_size_bytes,
-            batch_size_bytes,
-        )
+    /// The index of `topic`'s queues, creating them on first use.
+    pub fn topic(&mut self, topic: &Arc<str>) -> usize {
+        if let Some((last, index)) = &self.last_topic {
+            if Arc::ptr_eq(last, topic) || **last == **topic {
+                return *index;
+            }
+        }
+        let index = match self.topic_index.get(&**topic) {
+            Some(index) => *index,
+            None => {
+                self.seed = crate::retry::splitmix64(self.seed);
+                self.topics.push(TopicQueues {
+                    name: topic.clone(),
+                    partitions: Vec::new(),
+                    sticky: StickyPartitioner::new(self.seed),
+                    routing: None,
+                });
+                self.topic_index
+                    .insert(topic.clone(), self.topics.len() - 1);
+                self.topics.len() - 1
+            }
+        };
+        self.last_topic = Some((topic.clone(), index));
+        index
     }
 
-    fn topic_queues(&mut self, topic: &Arc<str>) -> &mut TopicQueues {
-        if !self.topics.contains_key(&**topic) {
-            self.seed = crate::retry::splitmix64(self.seed);
-            let sticky = StickyPartitioner::new(self.seed);
-            self.topics.insert(
-                topic.clone(),
-                TopicQueues {
-                    partitions: HashMap::new(),
-                    sticky,
-                },
-            );
-        }
-        self.topics.get_mut(&**topic).expect("inserted above")
+    /// The cached routing of topic `index` when it is from metadata `generation`.
+    pub fn routing(&self, index: usize, generation: u64) -> Option<&TopicRouting> {
+        self.topics[index]
+            .routing
+            .as_ref()
+            .filter(|r| r.generation == generation)
+    }
+
+    /// Caches the routing of topic `index`.
+    pub fn set_routing(&mut self, index: usize, routing: TopicRouting) {
+        self.topics[index].routing = Some(routing);
+    }
+
+    /// The sticky partition for a keyless record of topic `index`, using its cached routing.
+    pub fn sticky_partition(&mut self, index: usize, record_size_bytes: usize) -> u32 {
+        let batch_size_bytes = self.config.batch_size_bytes;
+        let queues = &mut self.topics[index];
+        let (count, available) = match &queues.routing {
+            Some(r) => (r.partition_count, r.available.as_slice()),
+            None => (1, &[][..]),
+        };
+        queues
+            .sticky
+            .next(available, count, record_size_bytes, batch_size_bytes)
     }
 
     /// Encodes `record` into the open batch of `topic`/`partition`, opening a new batch when
     /// there is none or the record does not fit.
     pub fn append(
         &mut self,
-        topic: &Arc<str>,
+        topic_index: usize,
         partition: i32,
         record: &RecordRef<'_>,
         reserved_bytes: usize,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> Appended {
         let batch_size_bytes = self.config.batch_size_bytes;
         let options = self.config.options;
         let mut next_id = self.next_batch_id;
-        let queues = self.topic_queues(topic);
-        let queue = queues.partitions.entry(partition).or_default();
+        let queues = &mut self.topics[topic_index];
+        let topic = queues.name.clone();
+        let queue = queues.queue(partition);
         let mut batch_ready = false;
         if let Some(open) = &queue.open {
             let Payload::Open(builder) = &open.payload else {
                 unreachable!("open batches are unbuilt")
             };
             let headers = header_refs(record.headers);
-            let size =
-                builder.record_size_bytes(record.timestamp, record.key, record.value, &headers);
+            let size = builder.record_size_bytes(
+                record.timestamp,
+                record.key,
+                record.value,
+                headers.as_slice(),
+            );
             if builder.size_bytes() + size > batch_size_bytes {
                 queue.ready.extend(queue.open.take());
                 batch_ready = true;
@@ -282,12 +336,12 @@ impl Accumulator {
             let capacity = batch_size_bytes.max(reserved_bytes);
             queue.open = Some(ProducerBatch {
                 id: next_id,
-                topic: topic.clone(),
+                topic,
                 partition,
                 payload: Payload::Open(BatchBuilder::new(options, capacity)),
                 records_count: 0,
                 completion: Arc::new(BatchCompletion::default()),
-                created: now,
+                created: now(),
                 attempts: 0,
                 not_before: None,
                 reserved_bytes: 0,
@@ -299,7 +353,12 @@ impl Accumulator {
             unreachable!("open batches are unbuilt")
         };
         let headers = header_refs(record.headers);
-        builder.push(record.timestamp, record.key, record.value, &headers);
+        builder.push(
+            record.timestamp,
+            record.key,
+            record.value,
+            headers.as_slice(),
+        );
         let index = open.records_count;
         open.records_count += 1;
         open.reserved_bytes += reserved_bytes;
@@ -340,7 +399,7 @@ impl Accumulator {
 
     /// Topics with queued data (metadata refreshes cover these).
     pub fn topics(&self) -> Vec<String> {
-        self.topics.keys().map(|t| t.to_string()).collect()
+        self.topics.iter().map(|t| t.name.to_string()).collect()
     }
 
     /// Collects sendable batches; see the module documentation. `route` maps a partition to
@@ -354,8 +413,8 @@ impl Accumulator {
         } else {
             self.flush_until
         };
-        for queues in self.topics.values_mut() {
-            for queue in queues.partitions.values_mut() {
+        for queues in &mut self.topics {
+            for queue in &mut queues.partitions {
                 close_if_due(queue, now, &config, force_before, &mut drained.next_wakeup);
                 expire(queue, now, config.delivery_timeout, &mut drained.expired);
                 while let Some(front) = queue.ready.front() {
@@ -411,13 +470,11 @@ impl Accumulator {
     /// Puts retried batches back at the front of their partitions, keeping their order.
     pub fn requeue(&mut self, retry: Vec<ProducerBatch>) {
         for batch in retry.into_iter().rev() {
-            let topic = batch.topic.clone();
-            let queue = self
-                .topic_queues(&topic)
-                .partitions
-                .entry(batch.partition)
-                .or_default();
-            queue.ready.push_front(batch);
+            let index = self.topic(&batch.topic);
+            self.topics[index]
+                .queue(batch.partition)
+                .ready
+                .push_front(batch);
         }
     }
 
@@ -432,11 +489,31 @@ impl Accumulator {
     }
 }
 
-fn header_refs(headers: &[(String, Option<Bytes>)]) -> Vec<(&[u8], Option<&[u8]>)> {
-    headers
-        .iter()
-        .map(|(k, v)| (k.as_bytes(), v.as_deref()))
-        .collect()
+/// Header slices for the batch builder; no allocation for records without headers.
+enum HeaderRefs<'a> {
+    None,
+    Some(Vec<(&'a [u8], Option<&'a [u8]>)>),
+}
+
+impl<'a> HeaderRefs<'a> {
+    fn as_slice(&self) -> &[(&'a [u8], Option<&'a [u8]>)] {
+        match self {
+            HeaderRefs::None => &[],
+            HeaderRefs::Some(v) => v,
+        }
+    }
+}
+
+fn header_refs(headers: &[(String, Option<Bytes>)]) -> HeaderRefs<'_> {
+    if headers.is_empty() {
+        return HeaderRefs::None;
+    }
+    HeaderRefs::Some(
+        headers
+            .iter()
+            .map(|(k, v)| (k.as_bytes(), v.as_deref()))
+            .collect(),
+    )
 }
 
 fn earliest(slot: &mut Option<Instant>, at: Instant) {
@@ -516,7 +593,8 @@ mod tests {
             headers: &[],
         };
         let size = record_size_upper_bytes(&record);
-        acc.append(topic, partition, &record, size, now)
+        let index = acc.topic(topic);
+        acc.append(index, partition, &record, size, || now)
     }
 
     fn route(_: &str, p: i32) -> Option<String> {
@@ -664,9 +742,10 @@ mod tests {
             value: Some(b"v"),
             headers: &headers,
         };
-        acc.append(&t, 0, &record, 64, now);
+        let index = acc.topic(&t);
+        acc.append(index, 0, &record, 64, || now);
         acc.append(
-            &t,
+            index,
             0,
             &RecordRef {
                 timestamp: 78,
@@ -675,7 +754,7 @@ mod tests {
                 headers: &[],
             },
             64,
-            now,
+            || now,
         );
         acc.closing = true;
         let mut drained = acc.drain(now, route);

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 use self::accumulator::{
     record_size_upper_bytes, Accumulator, AccumulatorConfig, BatchAck, BatchCompletion, Payload,
-    ProducerBatch, RecordRef,
+    ProducerBatch, RecordRef, TopicRouting,
 };
 use crate::client::ClientCore;
 use crate::codec;
@@ -139,29 +139,16 @@ impl Producer {
                 limit: "request_size_bytes_max - 1 KiB",
             });
         }
-        let (partition_count, available) = self.partitions_of(&record.topic).await?;
         inner
             .memory
             .acquire(size, inner.config.max_block_ms)
             .await?;
-        let appended = {
-            let mut acc = inner.lock();
-            let partition = partitioner::choose_partition(
-                record.partition,
-                record.key.as_deref(),
-                partition_count,
-                || acc.sticky_partition(&record.topic, &available, partition_count, size),
-            );
-            let partition = match partition {
-                Ok(p) => p,
-                Err(e) => {
-                    drop(acc);
-                    inner.memory.release(size);
-                    return Err(e);
-                }
-            };
-            let appended = acc.append(&record.topic, partition, &record_ref, size, Instant::now());
-            (appended, partition)
+        let appended = match self.append(&record, &record_ref, size).await {
+            Ok(appended) => appended,
+            Err(e) => {
+                inner.memory.release(size);
+                return Err(e);
+            }
         };
         let (appended, partition) = appended;
         if appended.batch_created || appended.batch_ready {
@@ -176,9 +163,43 @@ impl Producer {
         })
     }
 
+    /// Chooses the partition and appends under the accumulator lock, using the topic's routing
+    /// cached in the accumulator while the metadata generation is unchanged (one pointer
+    /// comparison per record in the common case).
+    async fn append(
+        &self,
+        record: &ProducerRecord,
+        record_ref: &RecordRef<'_>,
+        size: usize,
+    ) -> Result<(accumulator::Appended, i32)> {
+        let inner = &self.inner;
+        loop {
+            let generation = inner.core.metadata_generation();
+            {
+                let mut acc = inner.lock();
+                let index = acc.topic(&record.topic);
+                if let Some(count) = acc.routing(index, generation).map(|r| r.partition_count) {
+                    let partition = partitioner::choose_partition(
+                        record.partition,
+                        record.key.as_deref(),
+                        count,
+                        || acc.sticky_partition(index, size),
+                    )?;
+                    let appended = acc.append(index, partition, record_ref, size, Instant::now);
+                    return Ok((appended, partition));
+                }
+            }
+            let routing = self.routing_of(&record.topic).await?;
+            let mut acc = inner.lock();
+            let index = acc.topic(&record.topic);
+            acc.set_routing(index, routing);
+        }
+    }
+
     /// The partition count of `topic` and the partitions that have a leader, from cached
     /// metadata, fetching it when the topic is not known yet.
-    async fn partitions_of(&self, topic: &Arc<str>) -> Result<(u32, Vec<u32>)> {
+    async fn routing_of(&self, topic: &Arc<str>) -> Result<TopicRouting> {
+        let generation = self.inner.core.metadata_generation();
         let metadata = self.inner.core.metadata();
         let metadata = match metadata.topics.get(&**topic) {
             Some(t) if t.error.is_none() && t.partition_count() > 0 => metadata,
@@ -203,7 +224,11 @@ impl Producer {
                 message: Some(format!("topic {topic} is internal")),
             });
         }
-        Ok((meta.partition_count(), meta.available_partitions()))
+        Ok(TopicRouting {
+            generation: generation.max(self.inner.core.metadata_generation()),
+            partition_count: meta.partition_count(),
+            available: meta.available_partitions(),
+        })
     }
 
     /// Sends every record queued so far without waiting for `linger_ms` and waits until each
