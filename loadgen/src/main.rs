@@ -1,1 +1,198 @@
-fn main() {}
+//! `borges-loadgen`: the Borges benchmark suite's command line.
+//!
+//! ```text
+//! borges-loadgen run --workload FILE --driver borges|kafka --bootstrap HOST:PORT
+//!                    [--duration-s N] [--json OUT] [--broker-pid PID]
+//! borges-loadgen report --out DIR [--notes FILE] RESULT.json...
+//! borges-loadgen validate WORKLOAD...
+//! ```
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use borges_loadgen::driver::borges::BorgesDriver;
+use borges_loadgen::driver::kafka::KafkaDriver;
+use borges_loadgen::driver::Driver;
+use borges_loadgen::procstat;
+use borges_loadgen::result::RunResult;
+use borges_loadgen::runner::{self, RunOptions};
+use borges_loadgen::workload::Workload;
+use borges_loadgen::{clock, report};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Worker threads of the runtime that async clients run on.
+const RUNTIME_THREADS: usize = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "borges-loadgen",
+    version,
+    about = "Benchmarks Borges against Apache Kafka"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs one workload against an already running broker.
+    Run(RunArgs),
+    /// Writes a side-by-side markdown report with SVG charts from result files.
+    Report {
+        /// Output directory (report.md and the charts).
+        #[arg(long)]
+        out: PathBuf,
+        /// Markdown put under the title (machine, cores, commands, durability settings).
+        #[arg(long)]
+        notes: Option<PathBuf>,
+        /// Result files written by `run --json`.
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+    },
+    /// Checks workload files.
+    Validate {
+        /// Workload TOML files.
+        #[arg(required = true)]
+        workloads: Vec<PathBuf>,
+    },
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum)]
+enum DriverKind {
+    Borges,
+    Kafka,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Workload TOML file.
+    #[arg(long)]
+    workload: PathBuf,
+    /// System under test.
+    #[arg(long, value_enum)]
+    driver: DriverKind,
+    /// Broker address, HOST:PORT.
+    #[arg(long)]
+    bootstrap: String,
+    /// Measured duration in seconds (overrides the workload's; warm-up is capped at half).
+    #[arg(long)]
+    duration_s: Option<u64>,
+    /// Write the full result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Broker process to sample for CPU and memory (default: the process listening on the
+    /// bootstrap port, if visible).
+    #[arg(long)]
+    broker_pid: Option<u32>,
+    /// Do not sample the broker process.
+    #[arg(long)]
+    no_broker_stats: bool,
+    /// Topic name prefix (default: `<workload>-<driver>-<time>`).
+    #[arg(long)]
+    topic_prefix: Option<String>,
+    /// Keep the topics after the run.
+    #[arg(long)]
+    keep_topics: bool,
+    /// No progress line.
+    #[arg(long)]
+    quiet: bool,
+    /// Seed for keys and payloads.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Report {
+            out,
+            notes,
+            results,
+        } => {
+            let notes = match notes {
+                Some(p) => std::fs::read_to_string(&p)
+                    .with_context(|| format!("reading {}", p.display()))?,
+                None => String::new(),
+            };
+            let results = results
+                .iter()
+                .map(|p| RunResult::read_json(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let path = report::write_report(results, &out, &notes)?;
+            println!("{}", path.display());
+            Ok(())
+        }
+        Command::Validate { workloads } => {
+            for p in workloads {
+                let w = Workload::from_file(&p)?;
+                println!("{}: ok ({})", p.display(), w.name);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    let mut workload = Workload::from_file(&args.workload)?;
+    if let Some(d) = args.duration_s {
+        workload = workload.with_duration_s(d);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .thread_name("loadgen-rt")
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let driver: Box<dyn Driver> = match args.driver {
+        DriverKind::Kafka => Box::new(KafkaDriver::new(&args.bootstrap, runtime.handle().clone())),
+        DriverKind::Borges => Box::new(BorgesDriver::new(
+            &args.bootstrap,
+            runtime.handle().clone(),
+        )?),
+    };
+    let broker_pid = if args.no_broker_stats {
+        None
+    } else {
+        args.broker_pid.or_else(|| find_broker(&args.bootstrap))
+    };
+    if broker_pid.is_none() && !args.no_broker_stats && !args.quiet {
+        eprintln!("note: broker process not found; no broker CPU/RSS (use --broker-pid)");
+    }
+    let opts = RunOptions {
+        bootstrap: args.bootstrap.clone(),
+        broker_pid,
+        topic_prefix: args.topic_prefix.clone().unwrap_or_else(|| {
+            format!(
+                "{}-{}-{}",
+                workload.name,
+                driver.name(),
+                clock::now_ns() / 1_000_000
+            )
+        }),
+        keep_topics: args.keep_topics,
+        progress: !args.quiet,
+        seed: args.seed,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let result = runner::run(driver.as_ref(), &workload, &opts)?;
+    drop(driver);
+    if let Some(path) = &args.json {
+        result.write_json(path)?;
+    }
+    print!("{}", result.human_table());
+    println!();
+    print!("{}", result.machine_lines());
+    if result.summary.acked_records == 0 {
+        bail!("no record was acknowledged");
+    }
+    Ok(())
+}
+
+/// The process listening on the bootstrap address's port.
+fn find_broker(bootstrap: &str) -> Option<u32> {
+    let first = bootstrap.split(',').next()?;
+    let port: u16 = first.rsplit(':').next()?.parse().ok()?;
+    procstat::find_listener_pid(port)
+}

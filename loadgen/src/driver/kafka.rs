@@ -1,0 +1,329 @@
+//! The `kafka` driver: Apache Kafka through librdkafka (the `rdkafka` crate, built from its
+//! bundled sources).
+//!
+//! Producer: a `ThreadedProducer` whose delivery callback reports each acknowledgement straight
+//! to the [`ClientStats`]. Consumer: a `BaseConsumer` with an explicit assignment and no offset
+//! commits. Durability maps to topic configs: `fsync` -> `flush.messages=1`, `interval` ->
+//! `flush.ms`, `none` -> Kafka's default.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode as Code;
+use rdkafka::util::Timeout;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::{
+    ConsumerDriver, ConsumerSpec, Driver, OutRecord, ProducerDriver, ProducerSpec, Result, StartAt,
+    TopicSpec,
+};
+use crate::clock::now_ns;
+use crate::error::LoadgenError;
+use crate::stats::{ClientStats, SendToken};
+use crate::workload::{CompressionKind, Durability};
+
+const NAME: &str = "kafka";
+/// How long admin operations may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(120);
+/// Records one `poll` returns at most.
+const POLL_RECORDS_MAX: usize = 10_000;
+/// librdkafka's upper bound for `queue.buffering.max.messages`.
+const QUEUE_MESSAGES_MAX: usize = 2_000_000;
+
+fn err(e: impl std::fmt::Display) -> LoadgenError {
+    LoadgenError::driver(NAME, e)
+}
+
+/// Apache Kafka via librdkafka.
+pub struct KafkaDriver {
+    bootstrap: String,
+    runtime: tokio::runtime::Handle,
+}
+
+impl KafkaDriver {
+    /// A driver for the cluster at `bootstrap` (`host:port[,host:port]`). Admin futures run on
+    /// `runtime`.
+    pub fn new(bootstrap: &str, runtime: tokio::runtime::Handle) -> KafkaDriver {
+        KafkaDriver {
+            bootstrap: bootstrap.to_string(),
+            runtime,
+        }
+    }
+
+    fn base_config(&self, client_id: &str) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap)
+            .set("client.id", client_id)
+            .set("log_level", "3");
+        c
+    }
+
+    fn admin(&self) -> Result<AdminClient<DefaultClientContext>> {
+        self.base_config("borges-loadgen-admin")
+            .create()
+            .map_err(err)
+    }
+}
+
+/// Kafka topic configs for a durability policy.
+pub fn topic_configs(spec: &TopicSpec) -> Vec<(&'static str, String)> {
+    match spec.durability {
+        Durability::Fsync => vec![("flush.messages", "1".to_string())],
+        Durability::Interval => vec![(
+            "flush.ms",
+            spec.flush_interval_ms.unwrap_or(1_000).to_string(),
+        )],
+        Durability::None => Vec::new(),
+    }
+}
+
+/// librdkafka producer settings for a workload.
+pub fn producer_configs(spec: &ProducerSpec) -> Vec<(&'static str, String)> {
+    let s = &spec.settings;
+    let compression = match s.compression {
+        CompressionKind::None => "none",
+        CompressionKind::Zstd => "zstd",
+    };
+    let queue_kbytes = (s.buffer_memory_bytes_max / 1024).max(1);
+    vec![
+        ("acks", s.acks.as_kafka().to_string()),
+        ("linger.ms", s.linger_ms.to_string()),
+        ("batch.size", s.batch_size_bytes.to_string()),
+        ("compression.type", compression.to_string()),
+        ("queue.buffering.max.kbytes", queue_kbytes.to_string()),
+        (
+            "queue.buffering.max.messages",
+            QUEUE_MESSAGES_MAX.to_string(),
+        ),
+        (
+            "max.in.flight.requests.per.connection",
+            s.in_flight_requests_max.to_string(),
+        ),
+        // Java's (and Borges's) partitioner for keyed records.
+        ("partitioner", "murmur2_random".to_string()),
+        ("enable.idempotence", "false".to_string()),
+        (
+            "message.max.bytes",
+            (s.batch_size_bytes.max(1 << 20) * 2).to_string(),
+        ),
+    ]
+}
+
+impl Driver for KafkaDriver {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn create_topics(&self, topics: &[TopicSpec]) -> Result<()> {
+        let admin = self.admin()?;
+        let configs: Vec<Vec<(&str, String)>> = topics.iter().map(topic_configs).collect();
+        let new_topics: Vec<NewTopic<'_>> = topics
+            .iter()
+            .zip(&configs)
+            .map(|(t, cfg)| {
+                let mut nt =
+                    NewTopic::new(&t.name, t.partitions as i32, TopicReplication::Fixed(1));
+                for (k, v) in cfg {
+                    nt = nt.set(k, v);
+                }
+                nt
+            })
+            .collect();
+        let opts = AdminOptions::new().operation_timeout(Some(Timeout::After(ADMIN_TIMEOUT)));
+        let results = self
+            .runtime
+            .block_on(admin.create_topics(&new_topics, &opts))
+            .map_err(err)?;
+        for r in results {
+            if let Err((topic, code)) = r {
+                return Err(err(format!("create topic {topic}: {code}")));
+            }
+        }
+        self.wait_for_leaders(topics)
+    }
+
+    fn delete_topics(&self, names: &[String]) -> Result<()> {
+        let admin = self.admin()?;
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let opts = AdminOptions::new().operation_timeout(Some(Timeout::After(ADMIN_TIMEOUT)));
+        let results = self
+            .runtime
+            .block_on(admin.delete_topics(&refs, &opts))
+            .map_err(err)?;
+        for r in results {
+            if let Err((topic, code)) = r {
+                return Err(err(format!("delete topic {topic}: {code}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn producer(
+        &self,
+        spec: &ProducerSpec,
+        stats: Arc<ClientStats>,
+    ) -> Result<Box<dyn ProducerDriver>> {
+        let mut config = self.base_config(&spec.client_id);
+        for (k, v) in producer_configs(spec) {
+            config.set(k, v);
+        }
+        let producer: ThreadedProducer<AckContext> = config
+            .create_with_context(AckContext { stats })
+            .map_err(err)?;
+        Ok(Box::new(KafkaProducer { producer }))
+    }
+
+    fn consumer(&self, spec: &ConsumerSpec) -> Result<Box<dyn ConsumerDriver>> {
+        let mut config = self.base_config(&spec.client_id);
+        config
+            .set("group.id", &spec.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", spec.fetch_max_wait_ms.to_string())
+            .set("fetch.min.bytes", "1")
+            .set(
+                "max.partition.fetch.bytes",
+                spec.partition_fetch_bytes_max.to_string(),
+            );
+        let consumer: BaseConsumer = config.create().map_err(err)?;
+        let mut tpl = TopicPartitionList::new();
+        let offset = match spec.start {
+            StartAt::Beginning => Offset::Beginning,
+        };
+        for (topic, partition) in &spec.assignment {
+            tpl.add_partition_offset(topic, *partition, offset)
+                .map_err(err)?;
+        }
+        consumer.assign(&tpl).map_err(err)?;
+        Ok(Box::new(KafkaConsumer { consumer }))
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec![format!(
+            "client=librdkafka {}",
+            rdkafka::util::get_rdkafka_version().1
+        )]
+    }
+}
+
+impl KafkaDriver {
+    /// Waits until every partition of `topics` has a leader in the metadata.
+    fn wait_for_leaders(&self, topics: &[TopicSpec]) -> Result<()> {
+        let consumer: BaseConsumer = self
+            .base_config("borges-loadgen-metadata")
+            .create()
+            .map_err(err)?;
+        let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+        for t in topics {
+            loop {
+                let md = consumer
+                    .fetch_metadata(Some(&t.name), Timeout::After(Duration::from_secs(10)))
+                    .map_err(err)?;
+                let ready = md.topics().iter().any(|mt| {
+                    mt.error().is_none()
+                        && mt.partitions().len() == t.partitions as usize
+                        && mt.partitions().iter().all(|p| p.leader() >= 0)
+                });
+                if ready {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(err(format!(
+                        "topic {} has no leaders after {ADMIN_TIMEOUT:?}",
+                        t.name
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reports librdkafka delivery reports to the stats.
+struct AckContext {
+    stats: Arc<ClientStats>,
+}
+
+impl ClientContext for AckContext {}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = Box<SendToken>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, token: Box<SendToken>) {
+        let error = result.as_ref().err().map(|(e, _)| e.to_string());
+        self.stats.on_ack(*token, now_ns(), error);
+    }
+}
+
+struct KafkaProducer {
+    producer: ThreadedProducer<AckContext>,
+}
+
+impl ProducerDriver for KafkaProducer {
+    fn send(&mut self, record: OutRecord<'_>, token: SendToken) -> Result<()> {
+        let mut rec: BaseRecord<'_, [u8], [u8], Box<SendToken>> =
+            BaseRecord::with_opaque_to(record.topic, Box::new(token)).payload(record.value);
+        if let Some(k) = record.key {
+            rec = rec.key(k);
+        }
+        loop {
+            match self.producer.send(rec) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    // Backpressure: the client's buffer is full; wait for acknowledgements.
+                    rec = back;
+                    self.producer.poll(Duration::from_micros(100));
+                }
+                Err((e, _)) => return Err(err(format!("send: {e}"))),
+            }
+        }
+    }
+
+    fn flush(&mut self, timeout: Duration) -> Result<()> {
+        self.producer.flush(Timeout::After(timeout)).map_err(err)
+    }
+}
+
+struct KafkaConsumer {
+    consumer: BaseConsumer,
+}
+
+impl ConsumerDriver for KafkaConsumer {
+    fn poll(&mut self, max_wait: Duration, on_value: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let mut n = 0;
+        let mut wait = max_wait;
+        while n < POLL_RECORDS_MAX {
+            match self.consumer.poll(wait) {
+                None => break,
+                Some(Ok(msg)) => {
+                    on_value(msg.payload().unwrap_or(&[]));
+                    n += 1;
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(e)) if is_transient(&e) => {}
+                Some(Err(e)) => return Err(err(format!("poll: {e}"))),
+            }
+            wait = Duration::ZERO;
+        }
+        Ok(n)
+    }
+}
+
+fn is_transient(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            Code::UnknownTopicOrPartition | Code::LeaderNotAvailable | Code::NotLeaderForPartition
+        )
+    )
+}

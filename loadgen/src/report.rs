@@ -1,0 +1,599 @@
+//! Side-by-side reports: a markdown table (Borges, Kafka, ratio) per workload and SVG charts
+//! (latency percentiles, throughput over time), from result files written by `run --json`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::error::LoadgenError;
+use crate::machine::cpu_list;
+use crate::result::{fmt_f, rate_label, RunResult, MB_BYTES};
+
+/// The system we build; its column comes first.
+pub const SUBJECT: &str = "borges";
+/// The system we compare against.
+pub const BASELINE: &str = "kafka";
+/// Reported target: Borges's maximum throughput at least this many times Kafka's.
+pub const TARGET_THROUGHPUT_RATIO_MIN: f64 = 2.0;
+/// Reported target: Borges's p99.9 publish latency at most this fraction of Kafka's.
+pub const TARGET_P999_RATIO_MAX: f64 = 0.2;
+
+const CHART_SIZE: (u32, u32) = (900, 500);
+
+/// Whether a larger value of a metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// Throughput.
+    Higher,
+    /// Latency, CPU, memory, time.
+    Lower,
+}
+
+/// One row of a comparison table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// What is measured, with its unit.
+    pub metric: String,
+    /// Borges's value.
+    pub subject: Option<f64>,
+    /// Kafka's value.
+    pub baseline: Option<f64>,
+    /// Direction.
+    pub better: Better,
+}
+
+impl Row {
+    /// Borges / Kafka, if both exist and Kafka's is not zero.
+    pub fn ratio(&self) -> Option<f64> {
+        match (self.subject, self.baseline) {
+            (Some(s), Some(b)) if b != 0.0 => Some(s / b),
+            _ => None,
+        }
+    }
+}
+
+/// The results of one workload, one per driver (the last one given wins).
+#[derive(Debug, Clone, Default)]
+pub struct Comparison {
+    /// Workload name.
+    pub workload: String,
+    /// The Borges run.
+    pub subject: Option<RunResult>,
+    /// The Kafka run.
+    pub baseline: Option<RunResult>,
+}
+
+/// Groups results by workload, in name order.
+pub fn group(results: Vec<RunResult>) -> Vec<Comparison> {
+    let mut by_name: BTreeMap<String, Comparison> = BTreeMap::new();
+    for r in results {
+        let c = by_name
+            .entry(r.workload.name.clone())
+            .or_insert_with(|| Comparison {
+                workload: r.workload.name.clone(),
+                ..Default::default()
+            });
+        if r.driver == SUBJECT {
+            c.subject = Some(r);
+        } else {
+            c.baseline = Some(r);
+        }
+    }
+    by_name.into_values().collect()
+}
+
+/// The rows of a workload's table.
+pub fn rows(c: &Comparison) -> Vec<Row> {
+    type Get = fn(&RunResult) -> Option<f64>;
+    let spec: Vec<(&str, Better, Get)> = vec![
+        ("publish throughput (MB/s)", Better::Higher, |r| {
+            Some(r.summary.throughput_mb_s)
+        }),
+        ("publish throughput (records/s)", Better::Higher, |r| {
+            Some(r.summary.throughput_records_s)
+        }),
+        ("consume throughput (MB/s)", Better::Higher, |r| {
+            Some(r.summary.consume_throughput_mb_s)
+        }),
+        ("publish latency p50 (ms)", Better::Lower, |r| {
+            Some(r.summary.publish.p50_ms)
+        }),
+        ("publish latency p99 (ms)", Better::Lower, |r| {
+            Some(r.summary.publish.p99_ms)
+        }),
+        ("publish latency p99.9 (ms)", Better::Lower, |r| {
+            Some(r.summary.publish.p999_ms)
+        }),
+        ("publish latency p99.99 (ms)", Better::Lower, |r| {
+            Some(r.summary.publish.p9999_ms)
+        }),
+        ("publish latency max (ms)", Better::Lower, |r| {
+            Some(r.summary.publish.max_ms)
+        }),
+        ("end-to-end latency p50 (ms)", Better::Lower, |r| {
+            nonzero(r.summary.e2e.count, r.summary.e2e.p50_ms)
+        }),
+        ("end-to-end latency p99 (ms)", Better::Lower, |r| {
+            nonzero(r.summary.e2e.count, r.summary.e2e.p99_ms)
+        }),
+        ("end-to-end latency p99.9 (ms)", Better::Lower, |r| {
+            nonzero(r.summary.e2e.count, r.summary.e2e.p999_ms)
+        }),
+        ("catch-up time (s)", Better::Lower, |r| {
+            r.summary.backlog.map(|b| b.catch_up_s)
+        }),
+        ("broker CPU (% of one core)", Better::Lower, |r| {
+            r.summary.broker_cpu_pct_avg
+        }),
+        ("broker CPU-seconds per GiB", Better::Lower, |r| {
+            r.summary.broker_cpu_s_per_gib
+        }),
+        ("broker RSS max (MiB)", Better::Lower, |r| {
+            r.summary.broker_rss_bytes_max.map(|b| b as f64 / MB_BYTES)
+        }),
+        ("errors", Better::Lower, |r| Some(r.summary.errors as f64)),
+    ];
+    spec.into_iter()
+        .map(|(metric, better, get)| Row {
+            metric: metric.to_string(),
+            subject: c.subject.as_ref().and_then(get),
+            baseline: c.baseline.as_ref().and_then(get),
+            better,
+        })
+        .filter(|r| r.subject.is_some() || r.baseline.is_some())
+        .collect()
+}
+
+fn nonzero(count: u64, v: f64) -> Option<f64> {
+    (count > 0).then_some(v)
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), fmt_f)
+}
+
+/// The markdown table of one workload.
+pub fn markdown_table(c: &Comparison) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| metric | Borges | Kafka | Borges / Kafka | better |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---|");
+    for r in rows(c) {
+        let ratio = r.ratio().map_or("-".to_string(), |x| format!("{x:.2}x"));
+        let better = match r.better {
+            Better::Higher => "higher",
+            Better::Lower => "lower",
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            r.metric,
+            cell(r.subject),
+            cell(r.baseline),
+            ratio,
+            better
+        );
+    }
+    out
+}
+
+fn workload_line(r: &RunResult) -> String {
+    let w = &r.workload;
+    format!(
+        "{} topic(s) x {} partition(s), {} B records, keys {}, {} producer(s)/topic at {}, \
+         {} group(s) x {} consumer(s)/topic, batch {} B, linger {} ms, compression {:?}, \
+         acks={}, durability={}, {} s measured after {} s warm-up",
+        w.topics,
+        w.partitions_per_topic,
+        w.record_size_bytes,
+        serde_json::to_string(&w.keys).unwrap_or_default(),
+        w.producer.producers_per_topic,
+        rate_label(w.producer.rate_records_s),
+        w.consumer.subscriptions_per_topic,
+        w.consumer.consumers_per_subscription,
+        w.producer.batch_size_bytes,
+        w.producer.linger_ms,
+        w.producer.compression,
+        w.producer.acks.as_kafka(),
+        w.topic.durability.as_str(),
+        w.run.duration_s,
+        w.run.warmup_s
+    )
+}
+
+/// The headline table over all workloads with the two reported targets.
+pub fn headline_table(comparisons: &[Comparison]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| workload | durability | Borges MB/s | Kafka MB/s | ratio (target >= {TARGET_THROUGHPUT_RATIO_MIN}x) \
+         | Borges p99.9 ms | Kafka p99.9 ms | ratio (target <= {TARGET_P999_RATIO_MAX}x) |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|");
+    for c in comparisons {
+        let all = rows(c);
+        let find = |m: &str| all.iter().find(|r| r.metric.starts_with(m)).cloned();
+        let tp = find("publish throughput (MB/s)");
+        let lat = find("publish latency p99.9");
+        let durability = c
+            .subject
+            .as_ref()
+            .or(c.baseline.as_ref())
+            .map_or("-", |r| r.workload.topic.durability.as_str());
+        let mark = |ratio: Option<f64>, ok: &dyn Fn(f64) -> bool| {
+            ratio.map_or("-".to_string(), |x| {
+                format!("{x:.2}x {}", if ok(x) { "(met)" } else { "(not met)" })
+            })
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.workload,
+            durability,
+            cell(tp.as_ref().and_then(|r| r.subject)),
+            cell(tp.as_ref().and_then(|r| r.baseline)),
+            mark(tp.as_ref().and_then(Row::ratio), &|x| x
+                >= TARGET_THROUGHPUT_RATIO_MIN),
+            cell(lat.as_ref().and_then(|r| r.subject)),
+            cell(lat.as_ref().and_then(|r| r.baseline)),
+            mark(lat.as_ref().and_then(Row::ratio), &|x| x
+                <= TARGET_P999_RATIO_MAX),
+        );
+    }
+    out
+}
+
+/// Writes `report.md` and the charts into `out_dir`; `notes` (markdown: machine, cores,
+/// commands, durability settings) goes under the title. Returns the report's path.
+pub fn write_report(
+    results: Vec<RunResult>,
+    out_dir: &Path,
+    notes: &str,
+) -> Result<PathBuf, LoadgenError> {
+    if results.is_empty() {
+        return Err(LoadgenError::Report("no result files".into()));
+    }
+    std::fs::create_dir_all(out_dir).map_err(|source| LoadgenError::Io {
+        path: out_dir.display().to_string(),
+        source,
+    })?;
+    let comparisons = group(results);
+    let mut md = String::from("# Borges vs Apache Kafka\n\n");
+    if !notes.trim().is_empty() {
+        md.push_str(notes.trim_end());
+        md.push_str("\n\n");
+    }
+    md.push_str(&machine_section(&comparisons));
+    md.push_str("## Summary\n\n");
+    md.push_str(
+        "Targets are reported, never asserted. Throughput at a fixed target rate is the \
+         offered load, not a maximum.\n\n",
+    );
+    md.push_str(&headline_table(&comparisons));
+    for c in &comparisons {
+        md.push_str(&workload_section(c, out_dir)?);
+    }
+    let path = out_dir.join("report.md");
+    std::fs::write(&path, md).map_err(|source| LoadgenError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(path)
+}
+
+fn machine_section(comparisons: &[Comparison]) -> String {
+    let Some(r) = comparisons
+        .iter()
+        .find_map(|c| c.subject.as_ref().or(c.baseline.as_ref()))
+    else {
+        return String::new();
+    };
+    let m = &r.machine;
+    format!(
+        "## Machine\n\n- {} ({}), {} CPUs online: {}\n- memory: {} GiB\n- load generator on CPUs {}\n\n",
+        m.hostname,
+        m.kernel,
+        m.cpus_online,
+        m.cpu_model,
+        m.memory_bytes >> 30,
+        cpu_list(&m.loadgen_cpus)
+    )
+}
+
+fn workload_section(c: &Comparison, out_dir: &Path) -> Result<String, LoadgenError> {
+    let mut md = format!("\n## {}\n\n", c.workload);
+    if let Some(r) = c.subject.as_ref().or(c.baseline.as_ref()) {
+        if !r.workload.description.is_empty() {
+            let _ = writeln!(md, "{}\n", r.workload.description);
+        }
+        let _ = writeln!(md, "{}\n", workload_line(r));
+    }
+    md.push_str(&markdown_table(c));
+    for r in c.subject.iter().chain(&c.baseline) {
+        let _ = writeln!(md, "\n{}: `{}`", r.driver, r.command);
+        if !r.driver_info.is_empty() {
+            let _ = writeln!(md, "({})", r.driver_info.join(", "));
+        }
+        if let Some(e) = &r.summary.first_error {
+            let _ = writeln!(md, "\n{} first error: `{e}`", r.driver);
+        }
+    }
+    let latency = format!("{}-latency.svg", c.workload);
+    let throughput = format!("{}-throughput.svg", c.workload);
+    latency_chart(c, &out_dir.join(&latency))?;
+    throughput_chart(c, &out_dir.join(&throughput))?;
+    let _ = writeln!(
+        md,
+        "\n![publish latency]({latency})\n\n![throughput]({throughput})"
+    );
+    Ok(md)
+}
+
+fn draw_err(e: impl std::fmt::Display) -> LoadgenError {
+    LoadgenError::Report(format!("chart: {e}"))
+}
+
+fn series_color(driver: &str) -> RGBColor {
+    if driver == SUBJECT {
+        RGBColor(0x1f, 0x77, 0xb4)
+    } else {
+        RGBColor(0xd6, 0x27, 0x28)
+    }
+}
+
+/// Publish (solid) and end-to-end (dashed markers) latency percentiles, log scale.
+pub fn latency_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError> {
+    let runs: Vec<&RunResult> = c.subject.iter().chain(&c.baseline).collect();
+    let labels = ["p50", "p99", "p99.9", "p99.99", "max"];
+    let series = |r: &RunResult, e2e: bool| -> Vec<(f64, f64)> {
+        let s = if e2e {
+            &r.summary.e2e
+        } else {
+            &r.summary.publish
+        };
+        if s.count == 0 {
+            return Vec::new();
+        }
+        s.points()
+            .iter()
+            .enumerate()
+            .map(|(i, (_, v))| (i as f64, v.max(0.001)))
+            .collect()
+    };
+    let values: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| series(r, false).into_iter().chain(series(r, true)))
+        .map(|(_, v)| v)
+        .collect();
+    let y_min = values
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        * 0.5;
+    let y_max = values.iter().copied().fold(0.0, f64::max).max(1.0) * 2.0;
+    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{}: latency percentiles", c.workload),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.3f64..4.3f64, (y_min..y_max).log_scale())
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_labels(5)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 0.01 && (0.0..5.0).contains(&i) {
+                labels[i as usize].to_string()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("milliseconds (log scale)")
+        .draw()
+        .map_err(draw_err)?;
+    for r in &runs {
+        let color = series_color(&r.driver);
+        for (e2e, style) in [
+            (false, color.stroke_width(3)),
+            (true, color.mix(0.5).stroke_width(2)),
+        ] {
+            let points = series(r, e2e);
+            if points.is_empty() {
+                continue;
+            }
+            let name = format!(
+                "{} {}",
+                r.driver,
+                if e2e { "end-to-end" } else { "publish" }
+            );
+            chart
+                .draw_series(LineSeries::new(points.clone(), style))
+                .map_err(draw_err)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 4, style.filled())),
+                )
+                .map_err(draw_err)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)
+}
+
+/// Produce (solid) and consume (light) MB/s per one-second window.
+pub fn throughput_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError> {
+    let runs: Vec<&RunResult> = c.subject.iter().chain(&c.baseline).collect();
+    let series = |r: &RunResult, consumed: bool| -> Vec<(f64, f64)> {
+        let mut prev_t = 0.0;
+        r.windows
+            .iter()
+            .map(|w| {
+                let secs = (w.t_s - prev_t).max(1e-3);
+                prev_t = w.t_s;
+                let bytes = if consumed {
+                    w.consumed_bytes
+                } else {
+                    w.produced_bytes
+                };
+                (w.t_s, bytes as f64 / MB_BYTES / secs)
+            })
+            .collect()
+    };
+    let t_max = runs
+        .iter()
+        .flat_map(|r| r.windows.last().map(|w| w.t_s))
+        .fold(1.0, f64::max);
+    let y_max = runs
+        .iter()
+        .flat_map(|r| series(r, false).into_iter().chain(series(r, true)))
+        .map(|(_, v)| v)
+        .fold(1.0, f64::max)
+        * 1.15;
+    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{}: throughput per second", c.workload),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..t_max, 0f64..y_max)
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since start (warm-up included)")
+        .y_desc("MB/s (2^20 bytes)")
+        .draw()
+        .map_err(draw_err)?;
+    for r in &runs {
+        let color = series_color(&r.driver);
+        for (consumed, style) in [
+            (false, color.stroke_width(2)),
+            (true, color.mix(0.4).stroke_width(2)),
+        ] {
+            let points = series(r, consumed);
+            let name = format!(
+                "{} {}",
+                r.driver,
+                if consumed { "consume" } else { "publish" }
+            );
+            chart
+                .draw_series(LineSeries::new(points, style))
+                .map_err(draw_err)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::tests::sample_result;
+
+    fn pair() -> Comparison {
+        let mut g = group(vec![
+            sample_result("kafka", 100.0, 10.0),
+            sample_result("borges", 250.0, 1.5),
+        ]);
+        assert_eq!(g.len(), 1);
+        g.remove(0)
+    }
+
+    #[test]
+    fn ratios_are_subject_over_baseline() {
+        let c = pair();
+        let r = rows(&c);
+        let tp = r
+            .iter()
+            .find(|r| r.metric == "publish throughput (MB/s)")
+            .unwrap();
+        assert_eq!(tp.ratio(), Some(2.5));
+        assert_eq!(tp.better, Better::Higher);
+        let lat = r
+            .iter()
+            .find(|r| r.metric == "publish latency p99.9 (ms)")
+            .unwrap();
+        assert_eq!(lat.ratio(), Some(0.15));
+        // No consumer ran: no end-to-end rows.
+        assert!(!r.iter().any(|r| r.metric.starts_with("end-to-end")));
+    }
+
+    #[test]
+    fn tables_show_both_columns_and_targets() {
+        let c = pair();
+        let t = markdown_table(&c);
+        assert!(
+            t.contains("| publish throughput (MB/s) | 250 | 100 | 2.50x | higher |"),
+            "{t}"
+        );
+        let h = headline_table(&[c]);
+        assert!(h.contains("2.50x (met)"), "{h}");
+        assert!(h.contains("0.15x (met)"), "{h}");
+    }
+
+    #[test]
+    fn missing_driver_shows_dashes() {
+        let c = group(vec![sample_result("borges", 1.0, 1.0)]).remove(0);
+        let t = markdown_table(&c);
+        assert!(
+            t.contains("| publish throughput (MB/s) | 1.00 | - | - | higher |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn writes_report_and_svg_charts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_report(
+            vec![
+                sample_result("kafka", 100.0, 10.0),
+                sample_result("borges", 250.0, 1.5),
+            ],
+            dir.path(),
+            "notes: exact commands here",
+        )
+        .unwrap();
+        let md = std::fs::read_to_string(path).unwrap();
+        assert!(md.contains("notes: exact commands here"));
+        assert!(md.contains("## w1"));
+        assert!(md.contains("w1-latency.svg"));
+        for chart in ["w1-latency.svg", "w1-throughput.svg"] {
+            let svg = std::fs::read_to_string(dir.path().join(chart)).unwrap();
+            assert!(svg.starts_with("<svg"), "{chart}");
+            assert!(
+                svg.contains("borges publish") && svg.contains("kafka publish"),
+                "{chart}"
+            );
+        }
+        assert!(write_report(vec![], dir.path(), "").is_err());
+    }
+}
