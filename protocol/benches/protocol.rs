@@ -261,6 +261,19 @@ fn builder(c: &mut Criterion) {
             },
         );
     }
+    // The same 1 MiB batch from a builder created without a capacity hint: the buffer grows by
+    // doubling (about 15 reallocations and copies).
+    let count = 1024;
+    group.throughput(Throughput::Bytes((count * RECORD_SIZE_BYTES) as u64));
+    group.bench_function("push_build_1KiB_records_no_capacity_hint/1048576", |b| {
+        b.iter(|| {
+            let mut builder = BatchBuilder::new(BatchOptions::default(), 0);
+            for (i, v) in values[..count].iter().enumerate() {
+                builder.push(1_700_000_000_000 + i as i64, None, Some(v), &[]);
+            }
+            builder.build().unwrap()
+        })
+    });
     group.finish();
 }
 
