@@ -44,7 +44,11 @@ echo "fuzz-build: built ${TARGETS[*]}"
 if [ "$mode" = run ]; then
     for target in "${TARGETS[@]}"; do
         echo "fuzz-build: running $target for ${seconds}s" >&2
-        cargo +nightly fuzz run -O --target-dir "$TARGET_DIR" "$target" -- \
+        mkdir -p "fuzz/corpus/$target"
+        # The first corpus directory collects new inputs; fuzz/seeds/ holds committed seeds
+        # (real Kafka batches, a valid frame and message).
+        cargo +nightly fuzz run -O --target-dir "$TARGET_DIR" "$target" \
+            "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
             -max_total_time="$seconds" -rss_limit_mb=2048
     done
 fi

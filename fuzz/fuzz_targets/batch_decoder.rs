@@ -17,7 +17,8 @@ fn repair(bytes: &mut [u8]) {
         return;
     }
     let batch_length = (bytes.len() - 12) as i32;
-    bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+    bytes[field::BATCH_LENGTH..field::BATCH_LENGTH + 4]
+        .copy_from_slice(&batch_length.to_be_bytes());
     bytes[field::MAGIC] = 2;
     let crc = crc32c(&bytes[field::ATTRIBUTES..]);
     bytes[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());

@@ -26,7 +26,9 @@ fuzz_target!(|data: &[u8]| {
                     let h = frame.header;
                     assert_eq!(
                         h.frame_size_bytes as usize,
-                        usize::from(h.header_size_bytes) + frame.message.len() + frame.payload.len()
+                        usize::from(h.header_size_bytes)
+                            + frame.message.len()
+                            + frame.payload.len()
                     );
                     assert!(usize::from(h.header_size_bytes) >= FRAME_HEADER_SIZE_BYTES);
                     assert!(h.frame_size_bytes <= decoder.frame_size_bytes_max());
