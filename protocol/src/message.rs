@@ -586,6 +586,21 @@ mod tests {
         assert!(text.starts_with(clipped));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn check_disjoint_agrees_with_pairwise_comparison(
+            spans in proptest::collection::vec((0usize..64, 0usize..16), 0..8),
+        ) {
+            let ranges: Vec<Range<usize>> = spans.iter().map(|&(s, l)| s..s + l).collect();
+            let overlapping = ranges.iter().enumerate().any(|(i, a)| {
+                ranges[i + 1..]
+                    .iter()
+                    .any(|b| !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end)
+            });
+            proptest::prop_assert_eq!(check_disjoint(&ranges).is_err(), overlapping);
+        }
+    }
+
     #[test]
     fn table_names_follow_the_api_names() {
         for &key in ApiKey::ALL {

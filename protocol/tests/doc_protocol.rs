@@ -133,3 +133,9 @@ fn field_tables_cover_the_schema() {
     }
     assert!(checked > 80, "found only {checked} tables");
 }
+
+#[test]
+fn crc32c_check_value_in_the_doc_holds() {
+    assert!(doc().contains("`crc32c(\"123456789\") = 0xE3069283`"));
+    assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
+}
