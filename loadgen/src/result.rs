@@ -9,7 +9,7 @@ use crate::error::LoadgenError;
 use crate::machine::{cpu_list, MachineInfo};
 use crate::procstat::ProcUsage;
 use crate::stats::LatencySummary;
-use crate::workload::Workload;
+use crate::workload::{MaxRateMode, ProducerSettings, Workload};
 
 /// Version of the JSON layout.
 pub const RESULT_SCHEMA_VERSION: u32 = 1;
@@ -183,7 +183,7 @@ impl RunResult {
             w.record_size_bytes,
             w.producer.acks.as_kafka(),
             w.topic.durability.as_str(),
-            rate_label(w.producer.rate_records_s)
+            rate_label(&w.producer)
         );
         let _ = writeln!(
             out,
@@ -345,12 +345,12 @@ fn group_thousands(v: i64) -> String {
     }
 }
 
-/// `max` for 0, else `N/s`.
-pub fn rate_label(rate_records_s: u64) -> String {
-    if rate_records_s == 0 {
-        "max".to_string()
-    } else {
-        format!("{rate_records_s}/s")
+/// `max (discover)`, `max (unthrottled)` or `N/s`.
+pub fn rate_label(p: &ProducerSettings) -> String {
+    match (p.rate_records_s, p.max_rate_mode) {
+        (0, MaxRateMode::Discover) => "max (discover)".to_string(),
+        (0, MaxRateMode::Unthrottled) => "max (unthrottled)".to_string(),
+        (rate, _) => format!("{rate}/s"),
     }
 }
 
@@ -468,7 +468,11 @@ pub(crate) mod tests {
         assert_eq!(fmt_f(f64::NAN), "-");
         assert_eq!(num(f64::INFINITY), "0");
         assert_eq!(num(1.0), "1.000");
-        assert_eq!(rate_label(0), "max");
-        assert_eq!(rate_label(5), "5/s");
+        let mut p = sample_result("x", 1.0, 1.0).workload.producer;
+        assert_eq!(rate_label(&p), "max (discover)");
+        p.max_rate_mode = MaxRateMode::Unthrottled;
+        assert_eq!(rate_label(&p), "max (unthrottled)");
+        p.rate_records_s = 5;
+        assert_eq!(rate_label(&p), "5/s");
     }
 }

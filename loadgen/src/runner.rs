@@ -31,7 +31,7 @@ use crate::stats::{
     ClientStats, Counters, LatencyHistogram, Pacer, RateController, SendToken, SharedRate,
     RATE_DISCOVERY_START_RECORDS_S,
 };
-use crate::workload::{assign_partitions, Workload};
+use crate::workload::{assign_partitions, MaxRateMode, Workload};
 
 /// How long producers may take to flush at the end.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -279,7 +279,7 @@ fn run_on_topics(
 fn initial_rate_per_producer(w: &Workload, producers: usize, backlog: bool) -> f64 {
     if w.producer.rate_records_s > 0 {
         w.rate_per_producer_records_s()
-    } else if backlog {
+    } else if backlog || w.producer.max_rate_mode == MaxRateMode::Unthrottled {
         0.0
     } else {
         RATE_DISCOVERY_START_RECORDS_S / producers.max(1) as f64
@@ -518,7 +518,9 @@ impl<'a> Sampler<'a> {
         let mut at_from = (from <= self.t0_ns).then_some((Counters::default(), self.t0_ns));
         let mut at_end = None;
         let mut producers_done_ns = None;
-        let mut controller = (w.producer.rate_records_s == 0).then(RateController::new);
+        let discover =
+            w.producer.rate_records_s == 0 && w.producer.max_rate_mode == MaxRateMode::Discover;
+        let mut controller = discover.then(RateController::new);
         loop {
             let phase = phase_at(self.last_window_ns, from, end);
             if self.tick(phase) {

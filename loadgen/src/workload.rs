@@ -98,10 +98,13 @@ pub struct ProducerSettings {
     /// Producers per topic (each one thread with its own client).
     #[serde(default = "one")]
     pub producers_per_topic: u32,
-    /// Target rate in records per second over all producers of all topics; 0 = as fast as the
-    /// broker acknowledges (find the maximum).
+    /// Target rate in records per second over all producers of all topics; 0 = find the
+    /// maximum (see `max_rate_mode`).
     #[serde(default)]
     pub rate_records_s: u64,
+    /// How `rate_records_s = 0` finds the maximum.
+    #[serde(default)]
+    pub max_rate_mode: MaxRateMode,
     /// Largest batch per partition.
     #[serde(default = "default_batch_size_bytes")]
     pub batch_size_bytes: usize,
@@ -120,6 +123,21 @@ pub struct ProducerSettings {
     /// In-flight produce requests per connection.
     #[serde(default = "default_in_flight_requests_max")]
     pub in_flight_requests_max: u32,
+}
+
+/// How a workload with `rate_records_s = 0` finds the maximum rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MaxRateMode {
+    /// Rate discovery as in the OpenMessaging Benchmark: the rate ramps up while the broker
+    /// keeps up and drops when acknowledgements or consumers fall behind, so latency stays
+    /// that of a loaded but not overloaded broker. The result is the maximum *sustainable* rate.
+    #[default]
+    Discover,
+    /// No pacing: producers send as fast as the client accepts records (backpressure from
+    /// `buffer_memory_bytes_max`). The result is the maximum throughput; latency then mostly
+    /// measures the time records wait in the full client buffer.
+    Unthrottled,
 }
 
 /// Batch compression, the codecs both systems support.
@@ -255,7 +273,7 @@ fn default_linger_ms() -> u64 {
     1
 }
 fn default_buffer_memory_bytes_max() -> usize {
-    64 << 20
+    32 << 20
 }
 fn default_in_flight_requests_max() -> u32 {
     5
@@ -462,6 +480,8 @@ mod tests {
         assert_eq!(w.partitions_total(), 16);
         assert_eq!(w.producer.producers_per_topic, 1);
         assert_eq!(w.producer.rate_records_s, 0);
+        assert_eq!(w.producer.max_rate_mode, MaxRateMode::Discover);
+        assert_eq!(w.producer.buffer_memory_bytes_max, 32 << 20);
         assert_eq!(w.producer.acks, AcksKind::All);
         assert_eq!(w.producer.compression, CompressionKind::None);
         assert_eq!(w.keys, KeyDistribution::None);
@@ -484,6 +504,7 @@ mod tests {
             [producer]
             producers_per_topic = 2
             rate_records_s = 40000
+            max_rate_mode = "unthrottled"
             batch_size_bytes = 65536
             linger_ms = 5
             compression = "zstd"
@@ -507,6 +528,7 @@ mod tests {
             }
         );
         assert_eq!(w.payload, PayloadKind::Text);
+        assert_eq!(w.producer.max_rate_mode, MaxRateMode::Unthrottled);
         assert_eq!(w.producer.acks, AcksKind::Leader);
         assert_eq!(w.producer.compression, CompressionKind::Zstd);
         assert_eq!(w.topic.durability, Durability::Interval);
@@ -562,6 +584,13 @@ mod tests {
             let err = Workload::from_toml(&text).unwrap_err();
             assert!(matches!(err, LoadgenError::Workload(_)), "{to}: {err}");
         }
+    }
+
+    #[test]
+    fn workloads_round_trip_through_toml() {
+        let w = Workload::from_toml(MINIMAL).unwrap();
+        let text = toml::to_string(&w).unwrap();
+        assert_eq!(Workload::from_toml(&text).unwrap(), w);
     }
 
     #[test]

@@ -1,32 +1,105 @@
-//! The `borges` driver: Borges through its Rust SDK (`borges-client`).
+//! The `borges` driver: Borges through its Rust SDK (`borges-client`, tokio).
 //!
-//! Written once the SDK's producer/consumer/admin exist.
+//! The SDK is async; this driver's producer and consumer threads block on its futures with a
+//! runtime handle. Acknowledgements: each `send` returns a `DeliveryFuture`; a collector task
+//! per producer keeps them in one FIFO queue per partition (a partition's batches complete in
+//! order) and records each acknowledgement the moment its future is ready, so publish latency
+//! is not delayed by other partitions. Durability maps to the topic config `durability`
+//! (`fsync`, `interval` with `flush.ms`, `none`).
 
+use std::collections::HashMap;
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use borges_client::{
+    Acks, Admin, ClientConfig, Compression, Consumer, ConsumerConfig, DeliveryFuture, NewTopic,
+    Offset, OffsetReset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+};
+use bytes::Bytes;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
 
 use super::{
-    ConsumerDriver, ConsumerSpec, Driver, ProducerDriver, ProducerSpec, Result, TopicSpec,
+    ConsumerDriver, ConsumerSpec, Driver, OutRecord, ProducerDriver, ProducerSpec, Result, StartAt,
+    TopicSpec,
 };
+use crate::clock::now_ns;
 use crate::error::LoadgenError;
-use crate::stats::ClientStats;
+use crate::stats::{ClientStats, SendToken};
+use crate::workload::{AcksKind, CompressionKind, Durability};
 
 const NAME: &str = "borges";
+/// Records one consumer `poll` returns at most (as the kafka driver).
+const POLL_RECORDS_MAX: usize = 10_000;
+/// How long admin operations may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn err(e: impl std::fmt::Display) -> LoadgenError {
+    LoadgenError::driver(NAME, e)
+}
 
 /// Borges via `borges-client`.
 pub struct BorgesDriver {
     bootstrap: String,
+    runtime: Handle,
 }
 
 impl BorgesDriver {
-    /// A driver for the broker at `bootstrap`.
-    pub fn new(bootstrap: &str, _runtime: tokio::runtime::Handle) -> Result<BorgesDriver> {
+    /// A driver for the broker at `bootstrap`; the SDK's tasks run on `runtime`.
+    pub fn new(bootstrap: &str, runtime: Handle) -> Result<BorgesDriver> {
+        ClientConfig::new(bootstrap).validate().map_err(err)?;
         Ok(BorgesDriver {
             bootstrap: bootstrap.to_string(),
+            runtime,
         })
     }
 
-    fn unavailable(&self) -> LoadgenError {
-        LoadgenError::driver(NAME, format!("SDK not available yet ({})", self.bootstrap))
+    fn config(&self, client_id: &str) -> ClientConfig {
+        ClientConfig::new(&self.bootstrap).client_id(client_id)
+    }
+
+    fn admin(&self) -> Result<Admin> {
+        self.runtime
+            .block_on(Admin::new(self.config("borges-loadgen-admin")))
+            .map_err(err)
+    }
+}
+
+/// Borges topic configs for a durability policy.
+pub fn topic_configs(spec: &TopicSpec) -> Vec<(&'static str, String)> {
+    let mut c = vec![("durability", spec.durability.as_str().to_string())];
+    if spec.durability == Durability::Interval {
+        c.push((
+            "flush.ms",
+            spec.flush_interval_ms.unwrap_or(1_000).to_string(),
+        ));
+    }
+    c
+}
+
+/// SDK producer settings for a workload.
+pub fn producer_config(spec: &ProducerSpec) -> ProducerConfig {
+    let s = &spec.settings;
+    ProducerConfig {
+        acks: match s.acks {
+            AcksKind::None => Acks::None,
+            AcksKind::Leader => Acks::Leader,
+            AcksKind::All => Acks::All,
+        },
+        linger_ms: s.linger_ms,
+        batch_size_bytes: s.batch_size_bytes,
+        compression: match s.compression {
+            CompressionKind::None => Compression::None,
+            CompressionKind::Zstd => Compression::Zstd,
+        },
+        buffer_memory_bytes_max: s.buffer_memory_bytes_max,
+        in_flight_requests_per_connection_max: s.in_flight_requests_max as usize,
+        ..ProducerConfig::default()
     }
 }
 
@@ -34,20 +107,306 @@ impl Driver for BorgesDriver {
     fn name(&self) -> &'static str {
         NAME
     }
-    fn create_topics(&self, _topics: &[TopicSpec]) -> Result<()> {
-        Err(self.unavailable())
+
+    fn create_topics(&self, topics: &[TopicSpec]) -> Result<()> {
+        let admin = self.admin()?;
+        let new_topics = topics
+            .iter()
+            .map(|t| {
+                topic_configs(t)
+                    .into_iter()
+                    .fold(NewTopic::new(&t.name, t.partitions as i32), |nt, (k, v)| {
+                        nt.config(k, v)
+                    })
+            })
+            .collect();
+        self.runtime
+            .block_on(admin.create_topics(new_topics))
+            .map_err(err)?;
+        self.wait_for_leaders(&admin, topics)
     }
-    fn delete_topics(&self, _names: &[String]) -> Result<()> {
-        Err(self.unavailable())
+
+    fn delete_topics(&self, names: &[String]) -> Result<()> {
+        let admin = self.admin()?;
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.runtime
+            .block_on(admin.delete_topics(&refs))
+            .map_err(err)
     }
+
     fn producer(
         &self,
-        _spec: &ProducerSpec,
-        _stats: Arc<ClientStats>,
+        spec: &ProducerSpec,
+        stats: Arc<ClientStats>,
     ) -> Result<Box<dyn ProducerDriver>> {
-        Err(self.unavailable())
+        let producer = self
+            .runtime
+            .block_on(Producer::new(
+                self.config(&spec.client_id),
+                producer_config(spec),
+            ))
+            .map_err(err)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let outstanding = Arc::new(AtomicU64::new(0));
+        self.runtime
+            .spawn(collect_acks(rx, stats, outstanding.clone()));
+        Ok(Box::new(BorgesProducer {
+            producer,
+            runtime: self.runtime.clone(),
+            acks: tx,
+            outstanding,
+            topics: HashMap::new(),
+        }))
     }
-    fn consumer(&self, _spec: &ConsumerSpec) -> Result<Box<dyn ConsumerDriver>> {
-        Err(self.unavailable())
+
+    fn consumer(&self, spec: &ConsumerSpec) -> Result<Box<dyn ConsumerDriver>> {
+        let config = ConsumerConfig {
+            fetch_max_wait_ms: spec.fetch_max_wait_ms,
+            partition_fetch_bytes_max: u32::try_from(spec.partition_fetch_bytes_max)
+                .unwrap_or(u32::MAX),
+            auto_offset_reset: OffsetReset::Earliest,
+            max_poll_records: POLL_RECORDS_MAX,
+            group_id: None,
+            enable_auto_commit: false,
+            ..ConsumerConfig::default()
+        };
+        let tps: Vec<TopicPartition> = spec
+            .assignment
+            .iter()
+            .map(|(t, p)| TopicPartition::new(t.as_str(), *p))
+            .collect();
+        let offset = match spec.start {
+            StartAt::Beginning => Offset::Beginning,
+        };
+        let consumer = self
+            .runtime
+            .block_on(async {
+                let mut c = Consumer::new(self.config(&spec.client_id), config).await?;
+                c.assign(tps.clone()).await?;
+                for tp in &tps {
+                    c.seek(tp, offset).await?;
+                }
+                Ok::<_, borges_client::ClientError>(c)
+            })
+            .map_err(err)?;
+        Ok(Box::new(BorgesConsumer {
+            consumer,
+            runtime: self.runtime.clone(),
+        }))
+    }
+
+    fn describe(&self) -> Vec<String> {
+        vec![format!(
+            "client=borges-client {}",
+            env!("CARGO_PKG_VERSION")
+        )]
+    }
+}
+
+impl BorgesDriver {
+    /// Waits until every partition of `topics` has a leader.
+    fn wait_for_leaders(&self, admin: &Admin, topics: &[TopicSpec]) -> Result<()> {
+        let deadline = Instant::now() + ADMIN_TIMEOUT;
+        for t in topics {
+            loop {
+                let ready = self
+                    .runtime
+                    .block_on(admin.describe_topics(&[t.name.as_str()]))
+                    .map(|d| {
+                        d.iter().any(|td| {
+                            td.partitions.len() == t.partitions as usize
+                                && td.partitions.iter().all(|p| p.leader >= 0)
+                        })
+                    })
+                    .unwrap_or(false);
+                if ready {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(err(format!(
+                        "topic {} has no leaders after {ADMIN_TIMEOUT:?}",
+                        t.name
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One record awaiting its acknowledgement.
+struct Pending {
+    delivery: DeliveryFuture,
+    token: SendToken,
+}
+
+struct BorgesProducer {
+    producer: Producer,
+    runtime: Handle,
+    acks: mpsc::UnboundedSender<Pending>,
+    outstanding: Arc<AtomicU64>,
+    topics: HashMap<String, Arc<str>>,
+}
+
+impl BorgesProducer {
+    fn topic(&mut self, name: &str) -> Arc<str> {
+        if let Some(t) = self.topics.get(name) {
+            return t.clone();
+        }
+        let t: Arc<str> = Arc::from(name);
+        self.topics.insert(name.to_string(), t.clone());
+        t
+    }
+}
+
+impl ProducerDriver for BorgesProducer {
+    fn send(&mut self, record: OutRecord<'_>, token: SendToken) -> Result<()> {
+        let mut rec = ProducerRecord::new(self.topic(record.topic))
+            .value(Bytes::copy_from_slice(record.value));
+        if let Some(k) = record.key {
+            rec = rec.key(Bytes::copy_from_slice(k));
+        }
+        let delivery = self
+            .runtime
+            .block_on(self.producer.send(rec))
+            .map_err(err)?;
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        self.acks
+            .send(Pending { delivery, token })
+            .map_err(|_| err("acknowledgement collector stopped"))
+    }
+
+    fn flush(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        self.runtime
+            .block_on(async { tokio::time::timeout(timeout, self.producer.flush()).await })
+            .map_err(|_| err(format!("flush did not finish in {timeout:?}")))?
+            .map_err(err)?;
+        while self.outstanding.load(Ordering::Relaxed) > 0 {
+            if Instant::now() > deadline {
+                return Err(err("acknowledgements missing after flush"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+}
+
+/// Records acknowledgements as their futures complete; one FIFO per partition.
+async fn collect_acks(
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    stats: Arc<ClientStats>,
+    outstanding: Arc<AtomicU64>,
+) {
+    let mut queues: HashMap<i32, VecDeque<Pending>> = HashMap::new();
+    let mut closed = false;
+    poll_fn(|cx| {
+        while !closed {
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(p)) => queues
+                    .entry(p.delivery.partition())
+                    .or_default()
+                    .push_back(p),
+                Poll::Ready(None) => closed = true,
+                Poll::Pending => break,
+            }
+        }
+        for q in queues.values_mut() {
+            drain_ready(q, cx, &stats, &outstanding);
+        }
+        if closed && queues.values().all(VecDeque::is_empty) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+fn drain_ready(
+    q: &mut VecDeque<Pending>,
+    cx: &mut Context<'_>,
+    stats: &ClientStats,
+    outstanding: &AtomicU64,
+) {
+    while let Some(front) = q.front_mut() {
+        match Pin::new(&mut front.delivery).poll(cx) {
+            Poll::Pending => return,
+            Poll::Ready(result) => {
+                let token = front.token;
+                q.pop_front();
+                stats.on_ack(token, now_ns(), result.err().map(|e| e.to_string()));
+                outstanding.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+struct BorgesConsumer {
+    consumer: Consumer,
+    runtime: Handle,
+}
+
+impl ConsumerDriver for BorgesConsumer {
+    fn poll(&mut self, max_wait: Duration, on_value: &mut dyn FnMut(&[u8])) -> Result<usize> {
+        let records = self
+            .runtime
+            .block_on(self.consumer.poll(max_wait))
+            .map_err(err)?;
+        for r in &records {
+            on_value(r.value.as_deref().unwrap_or(&[]));
+        }
+        Ok(records.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::ProducerSettings;
+
+    #[test]
+    fn durability_maps_to_topic_configs() {
+        let spec = |d, ms| TopicSpec {
+            name: "t".into(),
+            partitions: 1,
+            durability: d,
+            flush_interval_ms: ms,
+        };
+        assert_eq!(
+            topic_configs(&spec(Durability::Fsync, None)),
+            vec![("durability", "fsync".to_string())]
+        );
+        assert_eq!(
+            topic_configs(&spec(Durability::Interval, Some(50))),
+            vec![
+                ("durability", "interval".to_string()),
+                ("flush.ms", "50".to_string())
+            ]
+        );
+        assert_eq!(
+            topic_configs(&spec(Durability::None, None)),
+            vec![("durability", "none".to_string())]
+        );
+    }
+
+    #[test]
+    fn producer_settings_map_to_the_sdk() {
+        let settings: ProducerSettings = toml::from_str(
+            "acks = \"1\"\nlinger_ms = 3\nbatch_size_bytes = 1000\ncompression = \"zstd\"\n\
+             buffer_memory_bytes_max = 5000\nin_flight_requests_max = 2\n",
+        )
+        .unwrap();
+        let c = producer_config(&ProducerSpec {
+            client_id: "x".into(),
+            settings,
+        });
+        assert_eq!(c.acks, Acks::Leader);
+        assert_eq!(c.linger_ms, 3);
+        assert_eq!(c.batch_size_bytes, 1000);
+        assert_eq!(c.compression, Compression::Zstd);
+        assert_eq!(c.buffer_memory_bytes_max, 5000);
+        assert_eq!(c.in_flight_requests_per_connection_max, 2);
     }
 }

@@ -327,3 +327,49 @@ fn is_transient(e: &KafkaError) -> bool {
         )
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::ProducerSettings;
+
+    #[test]
+    fn durability_maps_to_topic_configs() {
+        let spec = |d, ms| TopicSpec {
+            name: "t".into(),
+            partitions: 1,
+            durability: d,
+            flush_interval_ms: ms,
+        };
+        assert_eq!(
+            topic_configs(&spec(Durability::Fsync, None)),
+            vec![("flush.messages", "1".to_string())]
+        );
+        assert_eq!(
+            topic_configs(&spec(Durability::Interval, Some(50))),
+            vec![("flush.ms", "50".to_string())]
+        );
+        assert!(topic_configs(&spec(Durability::None, None)).is_empty());
+    }
+
+    #[test]
+    fn producer_settings_map_to_librdkafka() {
+        let settings: ProducerSettings = toml::from_str(
+            "acks = \"all\"\nlinger_ms = 3\nbatch_size_bytes = 1000\ncompression = \"zstd\"\n\
+             buffer_memory_bytes_max = 5120\nin_flight_requests_max = 2\n",
+        )
+        .unwrap();
+        let c = producer_configs(&ProducerSpec {
+            client_id: "x".into(),
+            settings,
+        });
+        let get = |k: &str| c.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("acks"), Some("all"));
+        assert_eq!(get("linger.ms"), Some("3"));
+        assert_eq!(get("batch.size"), Some("1000"));
+        assert_eq!(get("compression.type"), Some("zstd"));
+        assert_eq!(get("queue.buffering.max.kbytes"), Some("5"));
+        assert_eq!(get("max.in.flight.requests.per.connection"), Some("2"));
+        assert_eq!(get("partitioner"), Some("murmur2_random"));
+    }
+}

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Runs workloads against Borges and Apache Kafka on this machine, alternately, each broker pinned
+# to the same cores and the load generator to the others, and writes a side-by-side report.
+#
+#   scripts/bench-vs-kafka.sh [options] WORKLOAD...
+#
+# WORKLOAD: a file, or a name from loadgen/workloads/ (with or without .toml).
+# Options:
+#   --duration-s N      measured seconds per run (overrides the workloads'; warm-up <= N/2)
+#   --broker-cpus LIST  CPUs for the broker under test (taskset -c)   [0]
+#   --loadgen-cpus LIST CPUs for the load generator                   [1]
+#   --broker-cores N    Borges executor cores (--cores)                [1]
+#   --rounds N          run each pair N times, alternating who goes first [1]
+#   --only borges|kafka run one system only
+#   --out DIR           output directory                             [results/<date>]
+#   --kafka-heap SIZE   Kafka JVM heap                                [1G]
+#
+# Writes DIR/raw/<workload>-<system>[-<round>].{json,txt}, DIR/commands.txt, DIR/notes.md and,
+# through `borges-loadgen report`, DIR/report.md with SVG charts.
+#
+# Like against like: each workload's `[topic] durability` is applied to both systems:
+#   fsync -> Borges topic config durability=fsync (group-commit fdatasync before acks=all);
+#            Kafka flush.messages=1 on the topic and log.flush.interval.messages=1 on the broker
+#            (fsync of every append before the produce response).
+#   none  -> Borges durability=none; Kafka's default (no fsync, page cache only).
+#   interval -> Borges durability=interval + flush.ms; Kafka flush.ms (same interval).
+#
+# Needs: a Rust toolchain; Debian packages cmake and libcurl4-openssl-dev (librdkafka is built
+# from the rdkafka crate's bundled sources); Java 17+ and Maven for scripts/kafka.sh.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+duration_s=""
+broker_cpus=0
+loadgen_cpus=1
+broker_cores=1
+rounds=1
+only=""
+out=""
+kafka_heap=1G
+workloads=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --duration-s) duration_s="$2"; shift 2 ;;
+        --broker-cpus) broker_cpus="$2"; shift 2 ;;
+        --loadgen-cpus) loadgen_cpus="$2"; shift 2 ;;
+        --broker-cores) broker_cores="$2"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
+        --only) only="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --kafka-heap) kafka_heap="$2"; shift 2 ;;
+        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "unknown option $1" >&2; exit 2 ;;
+        *) workloads+=("$1"); shift ;;
+    esac
+done
+[ ${#workloads[@]} -gt 0 ] || { echo "usage: $0 [options] WORKLOAD..." >&2; exit 2; }
+
+log() { echo "bench-vs-kafka: $*" >&2; }
+
+ensure_build_deps() {
+    local missing=()
+    command -v cmake >/dev/null || missing+=(cmake)
+    [ -e /usr/include/curl/curl.h ] || [ -e /usr/include/x86_64-linux-gnu/curl/curl.h ] ||
+        missing+=(libcurl4-openssl-dev)
+    if [ ${#missing[@]} -gt 0 ]; then
+        log "installing ${missing[*]} (needed to build librdkafka)"
+        apt-get install -y "${missing[@]}" >&2 || {
+            apt-get update >&2 && apt-get install -y "${missing[@]}" >&2
+        }
+    fi
+}
+
+resolve_workload() {
+    local w="$1"
+    for f in "$w" "loadgen/workloads/$w" "loadgen/workloads/$w.toml"; do
+        [ -f "$f" ] && { echo "$f"; return 0; }
+    done
+    echo "workload not found: $w" >&2
+    return 1
+}
+
+toml_value() { # file key -> first value of `key = "v"` or `key = v`
+    awk -F'=' -v k="$2" '$1 ~ "^[ \t]*"k"[ \t]*$" {gsub(/[ \t"]/, "", $2); sub(/#.*/, "", $2); print $2; exit}' "$1"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+ensure_build_deps
+target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
+log "building release binaries (target dir $target_dir)"
+packages=(-p borges-loadgen)
+[ "$only" = kafka ] || packages+=(-p borges-cli)
+cargo build --release "${packages[@]}" >&2
+loadgen="$target_dir/release/borges-loadgen"
+borges="$target_dir/release/borges"
+
+files=()
+for w in "${workloads[@]}"; do files+=("$(resolve_workload "$w")"); done
+"$loadgen" validate "${files[@]}" >&2
+
+out="${out:-results/$(date +%Y-%m-%d-%H%M%S)}"
+mkdir -p "$out/raw"
+commands="$out/commands.txt"
+: >"$commands"
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+borges_pid=""
+borges_tmp=""
+stop_borges() {
+    if [ -n "$borges_pid" ] && kill -0 "$borges_pid" 2>/dev/null; then
+        kill -TERM "$borges_pid" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$borges_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$borges_pid" 2>/dev/null || true
+        wait "$borges_pid" 2>/dev/null || true
+    fi
+    borges_pid=""
+    [ -n "$borges_tmp" ] && rm -rf "$borges_tmp"
+    borges_tmp=""
+}
+cleanup() {
+    stop_borges
+    scripts/kafka.sh stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+start_borges() {
+    local port="$1"
+    borges_tmp="$(mktemp -d "${TMPDIR:-/tmp}/borges-bench.XXXXXX")"
+    local cmd=(taskset -c "$broker_cpus" "$borges" broker --data-dir "$borges_tmp/data"
+        --listen "127.0.0.1:$port" --cores "$broker_cores" --core-port-base 0
+        --metrics-listen "" --ready-file "$borges_tmp/ready.json")
+    echo "${cmd[*]}" >>"$commands"
+    RUST_LOG="${RUST_LOG:-warn}" "${cmd[@]}" >"$borges_tmp/broker.log" 2>&1 </dev/null &
+    borges_pid=$!
+    for _ in $(seq 1 600); do
+        [ -s "$borges_tmp/ready.json" ] && return 0
+        kill -0 "$borges_pid" 2>/dev/null || { cat "$borges_tmp/broker.log" >&2; return 1; }
+        sleep 0.1
+    done
+    log "borges not ready after 60 s"
+    return 1
+}
+
+run_loadgen() { # system file port pid tag
+    local system="$1" file="$2" port="$3" pid="$4" tag="$5"
+    local cmd=(taskset -c "$loadgen_cpus" "$loadgen" run --workload "$file" --driver "$system"
+        --bootstrap "127.0.0.1:$port" --broker-pid "$pid" --json "$out/raw/$tag.json")
+    [ -n "$duration_s" ] && cmd+=(--duration-s "$duration_s")
+    echo "${cmd[*]}" >>"$commands"
+    "${cmd[@]}" | tee "$out/raw/$tag.txt"
+}
+
+run_borges() { # file tag
+    local port
+    port="$(free_port)"
+    start_borges "$port"
+    run_loadgen borges "$1" "$port" "$borges_pid" "$2" || log "borges run failed: $2"
+    stop_borges
+}
+
+run_kafka() { # file durability tag
+    local port cport kdur
+    port="$(free_port)"
+    cport="$(free_port)"
+    case "$2" in fsync) kdur=fsync ;; *) kdur=none ;; esac
+    local cmd=(scripts/kafka.sh start --port "$port" --controller-port "$cport" --cpus "$broker_cpus"
+        --heap "$kafka_heap" --durability "$kdur")
+    echo "${cmd[*]}" >>"$commands"
+    "${cmd[@]}" >/dev/null
+    run_loadgen kafka "$1" "$port" "$(scripts/kafka.sh pid)" "$3" || log "kafka run failed: $3"
+    scripts/kafka.sh stop
+}
+
+for round in $(seq 1 "$rounds"); do
+    for file in "${files[@]}"; do
+        name="$(basename "$file" .toml)"
+        durability="$(toml_value "$file" durability)"
+        durability="${durability:-none}"
+        suffix=""
+        [ "$rounds" -gt 1 ] && suffix="-$round"
+        order=(borges kafka)
+        [ $((round % 2)) -eq 0 ] && order=(kafka borges)
+        for system in "${order[@]}"; do
+            [ -n "$only" ] && [ "$only" != "$system" ] && continue
+            log "round $round: $name on $system (durability=$durability)"
+            if [ "$system" = borges ]; then
+                run_borges "$file" "$name-borges$suffix"
+            else
+                run_kafka "$file" "$durability" "$name-kafka$suffix"
+            fi
+        done
+    done
+done
+
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+{
+    echo "## How this was run"
+    echo
+    echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ), git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "- brokers pinned to CPUs \`$broker_cpus\` (taskset), load generator to CPUs \`$loadgen_cpus\`;" \
+        "Borges with \`--cores $broker_cores\`; Kafka $(grep -o '<kafka.version>[^<]*' scripts/kafka/pom.xml | cut -d'>' -f2)" \
+        "(KRaft, combined broker+controller, heap $kafka_heap, $(java -version 2>&1 | head -1))"
+    echo "- load average before: $load_before; after: $load_after (other processes on the machine add noise)"
+    echo "- each run uses a freshly started broker with an empty temporary data directory"
+    echo "- durability, like against like: \`fsync\` = Borges \`durability=fsync\` (group-commit fdatasync" \
+        "before acks=all) vs Kafka \`flush.messages=1\` + \`log.flush.interval.messages=1\` (fsync per append" \
+        "before the response); \`none\` = Borges \`durability=none\` vs Kafka defaults (no fsync)"
+    echo "- throughput at \`rate=max\` is found by rate discovery (OpenMessaging-style); latency is measured from" \
+        "the intended send time (no coordinated omission); MB = 2^20 bytes of record values"
+    echo
+    echo "Commands:"
+    echo
+    echo '```'
+    cat "$commands"
+    echo '```'
+} >"$out/notes.md"
+
+shopt -s nullglob
+jsons=("$out"/raw/*.json)
+if [ ${#jsons[@]} -eq 0 ]; then
+    log "no results"
+    exit 1
+fi
+"$loadgen" report --out "$out" --notes "$out/notes.md" "${jsons[@]}"
+log "report: $out/report.md"
