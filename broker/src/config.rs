@@ -408,8 +408,10 @@ mod tests {
         let mut c = BrokerConfig::default();
         c.log.max_message_bytes = c.limits.frame_size_bytes_max;
         assert!(c.validate().is_err());
-        let mut c = BrokerConfig::default();
-        c.listen = "localhost".into();
+        let c = BrokerConfig {
+            listen: "localhost".into(),
+            ..Default::default()
+        };
         assert!(c.validate().is_err());
     }
 }

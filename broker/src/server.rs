@@ -1,12 +1,503 @@
-//! The server: starts one executor per core and serves until shutdown.
+//! The server: checks the machine, starts one executor per core, brings the cores up in order
+//! (metadata, partitions, listeners, serving), and shuts them down cleanly on SIGTERM/SIGINT.
+//!
+//! Core 0 orchestrates start-up and shutdown over the same cross-core messages the data path
+//! uses, so there is one way for cores to talk to each other.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use borges_runtime::channel::{self, MeshEndpoints};
+use borges_runtime::executor::{self, ExecutorConfig};
+use borges_runtime::net::{TcpListener, TcpStream};
+use borges_runtime::{task, time};
+use borges_storage::{CoreStorage, StorageConfig};
 
 use crate::config::BrokerConfig;
+use crate::core::{self, Core};
 use crate::error::BrokerError;
+use crate::router::{CoreEndpoint, CoreMessage};
+
+/// How long shutdown waits for in-flight requests before closing connections.
+const SHUTDOWN_GRACE_MS: u64 = 10_000;
+/// How often core 0 checks for a shutdown signal.
+const SIGNAL_POLL_MS: u64 = 50;
+
+/// Flags shared by every core (read-only except for the signal handler).
+struct Shared {
+    config: Arc<BrokerConfig>,
+    /// Set by SIGTERM/SIGINT.
+    shutdown: Arc<AtomicBool>,
+    /// Set when start-up failed; every core exits.
+    fatal: AtomicBool,
+}
 
 /// Starts the broker and blocks until it has shut down.
 pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
-    Err(BrokerError::Config(format!(
-        "the server is not built yet (data_dir {})",
-        config.data_dir.display()
-    )))
+    check_io_uring()?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| BrokerError::Io {
+        context: format!("creating data directory {}", config.data_dir.display()),
+        source: e,
+    })?;
+    let _lock = lock_data_dir(&config)?;
+    let cpus = executor::plan_cpus(config.cores)?;
+    let cores = cpus.len();
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // A second signal while shutting down exits at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, shutdown.clone()).map_err(
+            |e| BrokerError::Io {
+                context: "installing signal handlers".into(),
+                source: e,
+            },
+        )?;
+        signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| BrokerError::Io {
+            context: "installing signal handlers".into(),
+            source: e,
+        })?;
+    }
+    let shared = Arc::new(Shared {
+        config: Arc::new(config),
+        shutdown,
+        fatal: AtomicBool::new(false),
+    });
+    let runtime = &shared.config.runtime;
+    let exec = ExecutorConfig {
+        cores,
+        io_memory_bytes: runtime.io_memory_bytes,
+        preempt_timer_ms: runtime.preempt_timer_ms,
+        spin_before_park_us: runtime.spin_before_park_us,
+        ..ExecutorConfig::default()
+    };
+    let mut ends: Vec<Option<MeshEndpoints<Vec<CoreMessage>>>> =
+        channel::mesh(cores, shared.config.limits.cross_core_queue_depth_max)
+            .into_iter()
+            .map(Some)
+            .collect();
+    let started = {
+        let shared = shared.clone();
+        executor::start(
+            &exec,
+            |core, _| ends[core].take(),
+            move |id, end| {
+                let shared = shared.clone();
+                async move { core_main(id, end, shared).await }
+            },
+        )?
+    };
+    tracing::info!(
+        cores,
+        cpus = ?started.cpus,
+        data_dir = %shared.config.data_dir.display(),
+        "starting: {}",
+        started.locked_memory
+    );
+    let mut errors = Vec::new();
+    for (core, result) in started.join().into_iter().enumerate() {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(format!("core {core}: {e}")),
+            Err(e) => errors.push(format!("core {core}: {e}")),
+        }
+    }
+    if errors.is_empty() {
+        tracing::info!("stopped cleanly");
+        Ok(())
+    } else {
+        Err(BrokerError::Metadata(errors.join("; ")))
+    }
+}
+
+fn check_io_uring() -> Result<(), BrokerError> {
+    match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
+        Ok(v) if v.trim() == "2" => Err(BrokerError::Config(
+            "io_uring is disabled on this machine (sysctl kernel.io_uring_disabled = 2); Borges needs it: set it to 0".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Takes an exclusive lock on the data directory so that two brokers never share it.
+fn lock_data_dir(config: &BrokerConfig) -> Result<File, BrokerError> {
+    let path = config.data_dir.join(".lock");
+    let file = File::create(&path).map_err(|e| BrokerError::Io {
+        context: format!("creating {}", path.display()),
+        source: e,
+    })?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(BrokerError::Config(format!(
+            "data directory {} is in use by another broker (cannot lock {})",
+            config.data_dir.display(),
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+fn storage_config(config: &BrokerConfig) -> StorageConfig {
+    let s = &config.storage;
+    StorageConfig {
+        write_buffer_bytes_max: s.write_buffer_bytes_max,
+        tail_cache_bytes_max: s.tail_cache_bytes_max,
+        open_files_max: s.open_files_max,
+        recovery_checkpoint_interval_ms: s.recovery_checkpoint_interval_ms,
+        ..StorageConfig::default()
+    }
+}
+
+async fn core_main(
+    id: usize,
+    end: Option<MeshEndpoints<Vec<CoreMessage>>>,
+    shared: Arc<Shared>,
+) -> Result<(), String> {
+    let Some(end) = end else {
+        return Err("no mesh endpoints".into());
+    };
+    let (senders, receivers) = end.connect().await;
+    tracing::debug!(core = id, "cross-core channels connected");
+    let senders = Rc::new(senders);
+    let config = shared.config.clone();
+    let storage = match CoreStorage::new(&config.data_dir, storage_config(&config)).await {
+        Ok(s) => s,
+        Err(e) => {
+            shared.fatal.store(true, Ordering::SeqCst);
+            return Err(format!("storage: {e}"));
+        }
+    };
+    tracing::debug!(core = id, "storage ready");
+    let core = Core::new(id, config, storage, &senders);
+    for outbox in core.outboxes.iter().flatten() {
+        task::spawn(outbox.clone().run(senders.clone())).detach();
+    }
+    for inbox in receivers {
+        task::spawn(core::run_inbox(core.clone(), inbox)).detach();
+    }
+    task::spawn(tick_logs(core.clone())).detach();
+    let result = if id == 0 {
+        let r = orchestrate(&core, &shared).await;
+        if r.is_err() {
+            shared.fatal.store(true, Ordering::SeqCst);
+        }
+        r
+    } else {
+        wait_until_stopped(&core, &shared).await;
+        Ok(())
+    };
+    for outbox in core.outboxes.iter().flatten() {
+        outbox.close();
+    }
+    senders.close();
+    result
+}
+
+/// Core 0: start-up, serving until a signal, shutdown.
+async fn orchestrate(core: &Rc<Core>, shared: &Shared) -> Result<(), String> {
+    let startup = start_all(core).await;
+    if let Err(e) = &startup {
+        tracing::error!("start-up failed: {e}");
+    } else {
+        while !shared.shutdown.load(Ordering::SeqCst) && !shared.fatal.load(Ordering::SeqCst) {
+            time::sleep(Duration::from_millis(SIGNAL_POLL_MS)).await;
+        }
+        tracing::info!("shutting down: finishing in-flight requests");
+    }
+    let stopped = shutdown_all(core).await;
+    startup.and(stopped)
+}
+
+async fn start_all(core: &Rc<Core>) -> Result<(), String> {
+    crate::controller::load(core).await?;
+    let mut endpoints = Vec::with_capacity(core.cores);
+    for to in 0..core.cores {
+        let addr = if to == core.id {
+            bind(core)?
+        } else {
+            core.ask(to, |reply| CoreMessage::Bind { reply })
+                .await
+                .map_err(|f| f.message.unwrap_or_default())??
+        };
+        endpoints.push(CoreEndpoint {
+            core: to as u16,
+            addr,
+        });
+    }
+    let endpoints = Arc::new(endpoints);
+    for to in 0..core.cores {
+        if to == core.id {
+            serve(core, endpoints.clone());
+        } else {
+            let endpoints = endpoints.clone();
+            core.ask(to, |reply| CoreMessage::Serve { endpoints, reply })
+                .await
+                .map_err(|f| f.message.unwrap_or_default())?;
+        }
+    }
+    let metrics_addr = start_metrics(core)?;
+    write_ready_file(core, &endpoints, metrics_addr).await?;
+    tracing::info!(
+        listen = %core.config.listen,
+        cores = ?endpoints.iter().map(|e| e.addr.to_string()).collect::<Vec<_>>(),
+        metrics = ?metrics_addr.map(|a| a.to_string()),
+        "serving"
+    );
+    Ok(())
+}
+
+async fn wait_until_stopped(core: &Rc<Core>, shared: &Shared) {
+    loop {
+        let seen = core.stopped.generation();
+        if seen > 0 || shared.fatal.load(Ordering::SeqCst) {
+            return;
+        }
+        time::timeout(Duration::from_millis(100), core.stopped.changed_since(seen)).await;
+    }
+}
+
+/// Binds this core's listeners (the shared main address and its own port); returns its own
+/// address.
+pub fn bind(core: &Rc<Core>) -> Result<SocketAddr, String> {
+    let listen: SocketAddr = core
+        .config
+        .listen
+        .parse()
+        .map_err(|e| format!("listen {:?}: {e}", core.config.listen))?;
+    let main = TcpListener::bind(listen).map_err(|e| format!("binding {listen}: {e}"))?;
+    let port = match core.config.core_port_base {
+        None => listen.port().checked_add(1 + core.id as u16),
+        Some(0) => Some(0),
+        Some(base) => base.checked_add(core.id as u16),
+    }
+    .ok_or("per-core port overflows 65535")?;
+    let own_addr = SocketAddr::new(listen.ip(), port);
+    let own =
+        TcpListener::bind(own_addr).map_err(|e| format!("binding core port {own_addr}: {e}"))?;
+    let bound = own.local_addr().map_err(|e| e.to_string())?;
+    *core.listeners.borrow_mut() = vec![main, own];
+    Ok(bound)
+}
+
+/// Starts accepting connections on this core's listeners.
+pub fn serve(core: &Rc<Core>, endpoints: Arc<Vec<CoreEndpoint>>) {
+    *core.endpoints.borrow_mut() = endpoints;
+    for listener in core.listeners.borrow_mut().drain(..) {
+        task::spawn(accept_loop(core.clone(), listener)).detach();
+    }
+}
+
+async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
+    loop {
+        let seen = core.shutdown.generation();
+        if core.shutting_down.get() {
+            return;
+        }
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            core.shutdown.changed_since(seen).await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(stream)) => {
+                task::spawn(crate::connection::serve(core.clone(), stream)).detach();
+            }
+            Some(Err(e)) => {
+                tracing::warn!(core = core.id, "accept failed: {e}");
+                time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Ticks every partition log of a core: segment rolls by time, retention, checkpoints.
+async fn tick_logs(core: Rc<Core>) {
+    let s = &core.config.storage;
+    let period = s
+        .retention_check_interval_ms
+        .min(s.recovery_checkpoint_interval_ms)
+        .max(10);
+    loop {
+        time::sleep(Duration::from_millis(period)).await;
+        if core.shutting_down.get() {
+            return;
+        }
+        let now = time::now_ms();
+        for (p, log) in core.all_logs() {
+            if let Err(e) = log.tick(now).await {
+                tracing::error!(topic = %p.topic, partition = p.partition, "log maintenance failed: {e}");
+            }
+            task::yield_now().await;
+        }
+    }
+}
+
+async fn shutdown_all(core: &Rc<Core>) -> Result<(), String> {
+    let mut asks = Vec::new();
+    for to in 0..core.cores {
+        if to != core.id {
+            let c = core.clone();
+            asks.push(task::spawn(async move {
+                c.ask(to, |reply| CoreMessage::Shutdown { reply })
+                    .await
+                    .map_err(|f| f.message.unwrap_or_default())
+                    .and_then(|r| r)
+            }));
+        }
+    }
+    let mut errors = Vec::new();
+    if let Err(e) = shutdown_core(core).await {
+        errors.push(e);
+    }
+    for a in asks {
+        if let Err(e) = a.await {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Stops this core: no new connections or requests, in-flight requests finish (up to a grace
+/// period), then every partition log is flushed, synced and closed with its clean-shutdown
+/// marker.
+pub async fn shutdown_core(core: &Rc<Core>) -> Result<(), String> {
+    core.shutting_down.set(true);
+    core.shutdown.notify_all();
+    let grace = Duration::from_millis(SHUTDOWN_GRACE_MS);
+    let drained = time::timeout(grace, async {
+        loop {
+            let seen = core.connection_closed.generation();
+            if core.connections.get() == 0 {
+                return;
+            }
+            core.connection_closed.changed_since(seen).await;
+        }
+    })
+    .await;
+    if drained.is_none() {
+        tracing::warn!(
+            core = core.id,
+            connections = core.connections.get(),
+            "connections still open after the grace period; closing logs anyway"
+        );
+    }
+    let mut errors = Vec::new();
+    for (p, log) in core.all_logs() {
+        if let Err(e) = log.close().await {
+            errors.push(format!("{}-{}: {e}", p.topic, p.partition));
+        }
+    }
+    core.stopped.notify_all();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+async fn write_ready_file(
+    core: &Rc<Core>,
+    endpoints: &[CoreEndpoint],
+    metrics: Option<SocketAddr>,
+) -> Result<(), String> {
+    let Some(path) = core.config.ready_file.clone() else {
+        return Ok(());
+    };
+    let body = serde_json::json!({
+        "pid": std::process::id(),
+        "listen": core.config.listen,
+        "cores": endpoints.iter().map(|e| serde_json::json!({"core": e.core, "addr": e.addr.to_string()})).collect::<Vec<_>>(),
+        "metrics": metrics.map(|a| a.to_string()),
+    });
+    task::spawn_blocking(move || {
+        borges_runtime::fs::write_atomic(&path, body.to_string().as_bytes())
+    })
+    .await
+    .map_err(|e| format!("writing the ready file: {e}"))
+}
+
+/// Serves the Prometheus endpoint on core 0.
+fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, String> {
+    if core.config.metrics_listen.is_empty() {
+        return Ok(None);
+    }
+    let addr: SocketAddr = core
+        .config
+        .metrics_listen
+        .parse()
+        .map_err(|e| format!("metrics_listen: {e}"))?;
+    let listener = TcpListener::bind(addr).map_err(|e| format!("binding metrics {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let core = core.clone();
+    task::spawn(async move {
+        loop {
+            let seen = core.shutdown.generation();
+            if core.shutting_down.get() {
+                return;
+            }
+            let accepted =
+                futures_lite::future::or(async { Some(listener.accept().await) }, async {
+                    core.shutdown.changed_since(seen).await;
+                    None
+                })
+                .await;
+            if let Some(Ok(stream)) = accepted {
+                task::spawn(serve_metrics(core.clone(), stream)).detach();
+            }
+        }
+    })
+    .detach();
+    Ok(Some(bound))
+}
+
+/// Requests larger than this are not HTTP requests we answer.
+const METRICS_REQUEST_BYTES_MAX: usize = 8192;
+
+async fn serve_metrics(core: Rc<Core>, mut stream: TcpStream) {
+    let mut buf = vec![0u8; METRICS_REQUEST_BYTES_MAX];
+    let mut len = 0;
+    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        if len == buf.len() {
+            return;
+        }
+        match time::timeout(Duration::from_secs(5), stream.read(&mut buf[len..])).await {
+            Some(Ok(n)) if n > 0 => len += n,
+            _ => return,
+        }
+    }
+    let request = String::from_utf8_lossy(&buf[..len]);
+    let path = request.split_whitespace().nth(1).unwrap_or("");
+    let (status, body) = match path {
+        "/metrics" => ("200 OK", gather_metrics(&core).await),
+        "/healthz" => ("200 OK", "ok\n".to_string()),
+        _ => ("404 Not Found", "not found; try /metrics\n".to_string()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn gather_metrics(core: &Rc<Core>) -> String {
+    let mut snapshots = Vec::with_capacity(core.cores);
+    for to in 0..core.cores {
+        if to == core.id {
+            snapshots.push(core.metrics.snapshot(core));
+        } else if let Ok(s) = core.ask(to, |reply| CoreMessage::Metrics { reply }).await {
+            snapshots.push(s);
+        }
+    }
+    crate::metrics::render(&snapshots)
 }

@@ -166,10 +166,10 @@ pub fn plan_locked_memory(cores: usize, io_memory_wanted_bytes: usize) -> Locked
         // glommio and the kernel lock a little more than the buffers themselves.
         .saturating_add(1 << 20);
     let mut limit = soft;
-    if soft < needed {
-        if set_memlock_limit(needed, hard.max(needed)) || set_memlock_limit(hard, hard) {
-            limit = memlock_limit().0;
-        }
+    if soft < needed
+        && (set_memlock_limit(needed, hard.max(needed)) || set_memlock_limit(hard, hard))
+    {
+        limit = memlock_limit().0;
     }
     let fits = (limit.saturating_sub(1 << 20) / (cores * RINGS_PER_EXECUTOR as u64)) as usize;
     let io_memory_bytes = io_memory_wanted_bytes.min(fits).max(IO_MEMORY_BYTES_MIN);
@@ -323,10 +323,14 @@ mod tests {
             cores: 1,
             ..ExecutorConfig::default()
         };
-        let ex = start(&cfg, |core, cores| (core, cores), |core, (c, n)| async move {
-            assert_eq!(core, c);
-            core * 10 + n
-        })
+        let ex = start(
+            &cfg,
+            |core, cores| (core, cores),
+            |core, (c, n)| async move {
+                assert_eq!(core, c);
+                core * 10 + n
+            },
+        )
         .unwrap();
         let results: Vec<usize> = ex.join().into_iter().map(|r| r.unwrap()).collect();
         assert_eq!(results, vec![1]);

@@ -1,0 +1,330 @@
+//! One client connection: a reader that decodes frames and dispatches requests in order, and a
+//! writer that sends responses in request order.
+//!
+//! Dispatch has two phases. The ordered phase runs in the reader, one request at a time: routing,
+//! validation, and the appends of a produce (locally, or queued to the owning core's outbox, which
+//! preserves order). The completion phase (waiting for acknowledgements, long polls, reads) runs
+//! as its own task, so requests on a connection progress concurrently; the writer awaits the
+//! tasks in request order. The number of requests in flight is bounded per connection, and the
+//! bytes of request frames per core, so a slow or hostile client cannot exhaust memory.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+
+use borges_protocol::frame::{Frame, FrameDecoder, FrameHeader};
+use borges_protocol::{DecodeError, ErrorCode};
+use borges_runtime::net::TcpStream;
+use borges_runtime::sync::{Notify, StaticPermit};
+use borges_runtime::task::{self, Task};
+use borges_runtime::time;
+use bytes::BytesMut;
+
+use crate::config::FetchSendMode;
+use crate::core::Core;
+use crate::router::{Failure, SendChunk};
+use crate::wire::{self, Response};
+
+/// Bytes read from a socket at once when no frame size is known yet.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// A request being completed; resolves to the response to write (none for acks=0 produces).
+pub type ResponseTask = Task<Option<Response>>;
+
+/// Requests in flight on one connection, in order. Lives on the connection's core.
+struct InFlight {
+    queue: RefCell<VecDeque<ResponseTask>>,
+    capacity: usize,
+    changed: Notify,
+    closed: std::cell::Cell<bool>,
+}
+
+impl InFlight {
+    async fn push(&self, task: ResponseTask) {
+        loop {
+            let seen = self.changed.generation();
+            if self.queue.borrow().len() < self.capacity {
+                break;
+            }
+            self.changed.changed_since(seen).await;
+        }
+        self.queue.borrow_mut().push_back(task);
+        self.changed.notify_all();
+    }
+
+    async fn pop(&self) -> Option<ResponseTask> {
+        loop {
+            let seen = self.changed.generation();
+            if let Some(t) = self.queue.borrow_mut().pop_front() {
+                self.changed.notify_all();
+                return Some(t);
+            }
+            if self.closed.get() {
+                return None;
+            }
+            self.changed.changed_since(seen).await;
+        }
+    }
+
+    fn close(&self) {
+        self.closed.set(true);
+        self.changed.notify_all();
+    }
+}
+
+/// Counts a connection on its core for as long as it lives.
+struct ConnectionGuard(Rc<Core>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0
+            .connections
+            .set(self.0.connections.get().saturating_sub(1));
+        self.0
+            .metrics
+            .connections_closed
+            .set(self.0.metrics.connections_closed.get() + 1);
+        self.0.connection_closed.notify_all();
+    }
+}
+
+/// Serves one accepted connection until it closes.
+pub async fn serve(core: Rc<Core>, stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    if core.connections.get() >= core.connections_max {
+        refuse(&core, stream).await;
+        return;
+    }
+    core.connections.set(core.connections.get() + 1);
+    core.metrics
+        .connections_opened
+        .set(core.metrics.connections_opened.get() + 1);
+    let _guard = ConnectionGuard(core.clone());
+    let writer_stream = match stream.try_clone() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(%peer, "cannot duplicate socket: {e}");
+            return;
+        }
+    };
+    let in_flight = Rc::new(InFlight {
+        queue: RefCell::new(VecDeque::new()),
+        capacity: core.config.limits.in_flight_requests_per_connection_max as usize,
+        changed: Notify::default(),
+        closed: std::cell::Cell::new(false),
+    });
+    let writer = task::spawn(write_loop(core.clone(), writer_stream, in_flight.clone()));
+    if let Err(reason) = read_loop(&core, stream, &in_flight).await {
+        tracing::debug!(%peer, "closing connection: {reason}");
+    }
+    in_flight.close();
+    writer.await;
+}
+
+async fn refuse(core: &Rc<Core>, mut stream: TcpStream) {
+    core.metrics
+        .connections_refused
+        .set(core.metrics.connections_refused.get() + 1);
+    let header = FrameHeader::new(0, 0, 0, 0, 0, 0).unwrap_or(FrameHeader {
+        frame_size_bytes: 24,
+        header_size_bytes: 24,
+        api_key: 0,
+        api_version: 0,
+        flags: 0,
+        correlation_id: 0,
+        message_size_bytes: 0,
+        header_crc32c: 0,
+    });
+    let r = wire::error_response(
+        &header,
+        &Failure::new(
+            ErrorCode::TooManyConnections,
+            format!(
+                "core {} already has {} connections",
+                core.id, core.connections_max
+            ),
+        ),
+    );
+    let _ = stream.write_all(&r.head).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn read_loop(
+    core: &Rc<Core>,
+    mut stream: TcpStream,
+    in_flight: &InFlight,
+) -> Result<(), String> {
+    let limits = &core.config.limits;
+    let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
+    let mut decoder = FrameDecoder::new(limits.frame_size_bytes_max);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut permit: Option<StaticPermit> = None;
+    loop {
+        if core.shutting_down.get() {
+            return Err("broker shutting down".into());
+        }
+        match decoder.decode(&mut buf) {
+            Ok(Some(frame)) => {
+                let permit = match permit.take() {
+                    Some(p) => p,
+                    None => acquire(core, frame_size(&frame)).await?,
+                };
+                let task = crate::dispatch::request(core, frame, permit).await;
+                in_flight.push(task).await;
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                reject_stream(core, in_flight, &buf, e).await;
+                return Err("undecodable frame".into());
+            }
+        }
+        let want = match decoder.frame_size_bytes_next() {
+            Some(total) => {
+                if permit.is_none() {
+                    permit = Some(acquire(core, total as u64).await?);
+                }
+                total.saturating_sub(buf.len()).max(1)
+            }
+            None => READ_CHUNK_BYTES,
+        };
+        let start = buf.len();
+        buf.resize(start + want, 0);
+        let read = read_some(core, &mut stream, &mut buf[start..], idle).await;
+        match read {
+            Ok(0) => {
+                buf.truncate(start);
+                return Err("peer closed".into());
+            }
+            Ok(n) => {
+                buf.truncate(start + n);
+                core.metrics
+                    .bytes_received
+                    .set(core.metrics.bytes_received.get() + n as u64);
+            }
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        }
+    }
+}
+
+fn frame_size(frame: &Frame) -> u64 {
+    u64::from(frame.header.frame_size_bytes)
+}
+
+async fn acquire(core: &Rc<Core>, bytes: u64) -> Result<StaticPermit, String> {
+    core.request_memory
+        .acquire_static_permit(bytes)
+        .await
+        .map_err(|e| format!("request memory: {e}"))
+}
+
+/// Reads, giving up after `idle` without bytes or when the broker starts shutting down.
+async fn read_some(
+    core: &Rc<Core>,
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    idle: Duration,
+) -> Result<usize, String> {
+    let seen = core.shutdown.generation();
+    let read = futures_lite::future::or(
+        async { Some(time::timeout(idle, stream.read(buf)).await) },
+        async {
+            core.shutdown.changed_since(seen).await;
+            None
+        },
+    )
+    .await;
+    match read {
+        None => Err("broker shutting down".into()),
+        Some(None) => Err(format!("idle for {} ms", idle.as_millis())),
+        Some(Some(Ok(n))) => Ok(n),
+        Some(Some(Err(e))) => Err(format!("read: {e}")),
+    }
+}
+
+/// Answers an undecodable frame with an ErrorResponse (correlation id when the header is
+/// readable, else 0) before the connection closes.
+async fn reject_stream(core: &Rc<Core>, in_flight: &InFlight, buf: &BytesMut, error: DecodeError) {
+    core.metrics
+        .malformed_frames
+        .set(core.metrics.malformed_frames.get() + 1);
+    let header = FrameHeader::decode(buf, u32::MAX)
+        .ok()
+        .and_then(|h| FrameHeader::new(h.api_key, h.api_version, 0, h.correlation_id, 0, 0))
+        .or_else(|| FrameHeader::new(0, 0, 0, 0, 0, 0));
+    let Some(header) = header else { return };
+    let failure = Failure::new(error.error_code(), error.to_string());
+    let response = wire::error_response(&header, &failure);
+    in_flight
+        .push(task::spawn(async move { Some(response) }))
+        .await;
+}
+
+async fn write_loop(core: Rc<Core>, mut stream: TcpStream, in_flight: Rc<InFlight>) {
+    let copy_mode = core.config.fetch.send_mode == FetchSendMode::Copy;
+    while let Some(task) = in_flight.pop().await {
+        let Some(response) = task.await else {
+            continue;
+        };
+        if let Err(e) = write_response(&core, &mut stream, response, copy_mode).await {
+            tracing::debug!("write failed, closing connection: {e}");
+            break;
+        }
+    }
+    let _ = stream.shutdown().await;
+}
+
+async fn write_response(
+    core: &Rc<Core>,
+    stream: &mut TcpStream,
+    response: Response,
+    _copy_mode: bool,
+) -> std::io::Result<()> {
+    let mut total = response.head.len() as u64;
+    let mut pending: Vec<bytes::Bytes> = vec![response.head];
+    for chunk in response.payload {
+        match chunk {
+            SendChunk::Memory(b) => {
+                total += b.len() as u64;
+                pending.push(b);
+            }
+            SendChunk::File {
+                fd,
+                position,
+                length,
+            } => {
+                flush_vectored(stream, &mut pending).await?;
+                stream.send_file(fd, position, length, true).await?;
+                total += length;
+                core.metrics
+                    .bytes_sendfile
+                    .set(core.metrics.bytes_sendfile.get() + length);
+            }
+        }
+    }
+    flush_vectored(stream, &mut pending).await?;
+    core.metrics
+        .bytes_sent
+        .set(core.metrics.bytes_sent.get() + total);
+    Ok(())
+}
+
+async fn flush_vectored(
+    stream: &mut TcpStream,
+    pending: &mut Vec<bytes::Bytes>,
+) -> std::io::Result<()> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let slices: Vec<&[u8]> = pending.iter().map(|b| b.as_ref()).collect();
+    stream.write_all_vectored(&slices).await?;
+    pending.clear();
+    Ok(())
+}

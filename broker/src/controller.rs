@@ -1,0 +1,546 @@
+//! The controller: core 0 owns the metadata store and performs every metadata change, one at a
+//! time: validate, persist, then push the new image to every core and wait until each has
+//! opened, reconfigured or deleted its partitions. Requests arriving on other cores are
+//! forwarded here. With replication this role moves to the Raft controller quorum; the changes
+//! it applies are the same [`MetadataChange`]s.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use borges_protocol::ErrorCode;
+use borges_runtime::sync::Semaphore;
+use borges_runtime::task;
+use futures_channel::oneshot;
+
+use crate::core::Core;
+use crate::metadata::{
+    check_topic_name, MetadataChange, MetadataImage, MetadataStore, PartitionRecord, TopicRecord,
+    Uuid,
+};
+use crate::router::{CoreMessage, Failure};
+use crate::topic_config;
+
+/// A topic to create.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    /// Name.
+    pub name: String,
+    /// -1 for the broker default.
+    pub num_partitions: i32,
+    /// -1 for the broker default (1).
+    pub replication_factor: i16,
+    /// Config overrides (null values are ignored).
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+/// A created (or validated) topic.
+#[derive(Debug, Clone)]
+pub struct TopicCreated {
+    /// Topic id.
+    pub id: Uuid,
+    /// Partitions.
+    pub num_partitions: i32,
+    /// Replication factor.
+    pub replication_factor: i16,
+    /// Config overrides.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One config operation of an AlterConfigs.
+#[derive(Debug, Clone)]
+pub enum ConfigOp {
+    /// Set a value.
+    Set(String, String),
+    /// Return to the broker default.
+    Delete(String),
+}
+
+/// Per-item results of controller requests.
+pub type Results<T> = Vec<Result<T, Failure>>;
+
+/// Requests only the controller executes.
+pub enum ControllerRequest {
+    /// CreateTopics.
+    CreateTopics {
+        /// Topics, in request order.
+        topics: Vec<NewTopic>,
+        /// Check without creating.
+        validate_only: bool,
+        /// One result per topic.
+        reply: oneshot::Sender<Results<TopicCreated>>,
+    },
+    /// DeleteTopics.
+    DeleteTopics {
+        /// Topic names.
+        names: Vec<String>,
+        /// One result per name.
+        reply: oneshot::Sender<Results<()>>,
+    },
+    /// AlterConfigs on topics.
+    AlterConfigs {
+        /// (topic, operations).
+        resources: Vec<(String, Vec<ConfigOp>)>,
+        /// Check without changing.
+        validate_only: bool,
+        /// One result per resource.
+        reply: oneshot::Sender<Results<()>>,
+    },
+    /// CreatePartitions.
+    CreatePartitions {
+        /// (topic, new total count).
+        topics: Vec<(String, i32)>,
+        /// Check without changing.
+        validate_only: bool,
+        /// One result per topic.
+        reply: oneshot::Sender<Results<()>>,
+    },
+}
+
+/// Controller state on core 0.
+pub struct Controller {
+    store: RefCell<Option<MetadataStore>>,
+    /// One metadata change at a time.
+    lock: Rc<Semaphore>,
+}
+
+impl Default for Controller {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Controller {
+    /// A controller without a loaded store.
+    pub fn new() -> Controller {
+        Controller {
+            store: RefCell::new(None),
+            lock: Rc::new(Semaphore::new(1)),
+        }
+    }
+}
+
+fn controller(core: &Core) -> &Controller {
+    core.controller
+        .as_ref()
+        .expect("controller requests are only executed on core 0")
+}
+
+/// Loads the metadata store (creating it on first start) and pushes it to every core.
+pub async fn load(core: &Rc<Core>) -> Result<(), String> {
+    let data_dir = core.config.data_dir.clone();
+    let cores = core.cores as u16;
+    let store = task::spawn_blocking(move || MetadataStore::load_or_create(&data_dir, cores))
+        .await
+        .map_err(|e| e.to_string())?;
+    let image = store.image();
+    tracing::info!(
+        path = %store.path().display(),
+        topics = image.topics.len(),
+        revision = image.revision,
+        "metadata loaded"
+    );
+    *controller(core).store.borrow_mut() = Some(store);
+    broadcast(core, image).await
+}
+
+/// Pushes an image to every core (this one included) and waits for all of them.
+pub async fn broadcast(core: &Rc<Core>, image: Arc<MetadataImage>) -> Result<(), String> {
+    let mut asks = Vec::new();
+    for to in 0..core.cores {
+        if to == core.id {
+            continue;
+        }
+        let c = core.clone();
+        let image = image.clone();
+        asks.push(task::spawn(async move {
+            c.ask(to, |reply| CoreMessage::ApplyMetadata { image, reply })
+                .await
+                .map_err(|f| f.message.unwrap_or_default())
+                .and_then(|r| r)
+        }));
+    }
+    let mut errors = Vec::new();
+    if let Err(e) = core.apply_metadata(image).await {
+        errors.push(e);
+    }
+    for a in asks {
+        if let Err(e) = a.await {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Persists a change (on a blocking thread) and returns the new image.
+async fn commit(core: &Rc<Core>, change: MetadataChange) -> Result<Arc<MetadataImage>, Failure> {
+    let store = controller(core).store.borrow_mut().take();
+    let Some(mut store) = store else {
+        return Err(Failure::new(
+            ErrorCode::CoordinatorLoadInProgress,
+            "metadata is not loaded yet",
+        ));
+    };
+    let (store, result) = task::spawn_blocking(move || {
+        let r = store.commit(&change);
+        (store, r)
+    })
+    .await;
+    *controller(core).store.borrow_mut() = Some(store);
+    result.map_err(|e| Failure::new(ErrorCode::StorageError, e.to_string()))
+}
+
+fn current(core: &Core) -> Arc<MetadataImage> {
+    controller(core)
+        .store
+        .borrow()
+        .as_ref()
+        .map(|s| s.image())
+        .unwrap_or_else(|| core.metadata.borrow().clone())
+}
+
+/// Executes a controller request and replies.
+pub async fn execute(core: &Rc<Core>, request: ControllerRequest) {
+    let lock = controller(core).lock.clone();
+    let _permit = lock.acquire_static_permit(1).await;
+    match request {
+        ControllerRequest::CreateTopics {
+            topics,
+            validate_only,
+            reply,
+        } => {
+            let _ = reply.send(create_topics(core, topics, validate_only).await);
+        }
+        ControllerRequest::DeleteTopics { names, reply } => {
+            let _ = reply.send(delete_topics(core, names).await);
+        }
+        ControllerRequest::AlterConfigs {
+            resources,
+            validate_only,
+            reply,
+        } => {
+            let _ = reply.send(alter_configs(core, resources, validate_only).await);
+        }
+        ControllerRequest::CreatePartitions {
+            topics,
+            validate_only,
+            reply,
+        } => {
+            let _ = reply.send(create_partitions(core, topics, validate_only).await);
+        }
+    }
+}
+
+/// Sends a controller request to core 0 (or runs it here) and waits for its results.
+pub async fn call<T>(
+    core: &Rc<Core>,
+    make: impl FnOnce(oneshot::Sender<Results<T>>) -> ControllerRequest,
+) -> Result<Results<T>, Failure> {
+    let (tx, rx) = oneshot::channel();
+    let request = make(tx);
+    if core.id == 0 {
+        execute(core, request).await;
+    } else {
+        core.send(0, CoreMessage::Controller(request)).await;
+    }
+    crate::router::await_reply(rx).await
+}
+
+/// Applies `changes` in order (persisting each), then pushes the final image to every core.
+/// Each change's slot receives the commit's failure, or the broadcast's failure.
+async fn commit_all<T: Clone>(
+    core: &Rc<Core>,
+    changes: Vec<(usize, MetadataChange, T)>,
+    results: &mut [Result<T, Failure>],
+) {
+    let mut last = None;
+    let mut committed = Vec::new();
+    for (i, change, ok) in changes {
+        match commit(core, change).await {
+            Ok(image) => {
+                last = Some(image);
+                results[i] = Ok(ok);
+                committed.push(i);
+            }
+            Err(f) => results[i] = Err(f),
+        }
+    }
+    if let Some(image) = last {
+        if let Err(e) = broadcast(core, image).await {
+            tracing::error!("applying metadata on cores failed: {e}");
+            for i in committed {
+                results[i] = Err(Failure::new(
+                    ErrorCode::StorageError,
+                    format!("metadata committed but not applied on every core: {e}"),
+                ));
+            }
+        }
+    }
+}
+
+fn pending<T>(n: usize) -> Vec<Result<T, Failure>> {
+    (0..n)
+        .map(|_| Err(Failure::new(ErrorCode::UnknownServerError, "not processed")))
+        .collect()
+}
+
+async fn create_topics(
+    core: &Rc<Core>,
+    topics: Vec<NewTopic>,
+    validate_only: bool,
+) -> Results<TopicCreated> {
+    let mut results = pending(topics.len());
+    let mut image = (*current(core)).clone();
+    let mut changes = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, t) in topics.into_iter().enumerate() {
+        if !seen.insert(t.name.clone()) {
+            results[i] = Err(Failure::new(
+                ErrorCode::InvalidRequest,
+                format!("topic {:?} appears twice in the request", t.name),
+            ));
+            continue;
+        }
+        match new_topic_record(core, &image, &t) {
+            Err(f) => results[i] = Err(f),
+            Ok(record) => {
+                let created = TopicCreated {
+                    id: record.id,
+                    num_partitions: record.partitions.len() as i32,
+                    replication_factor: 1,
+                    configs: record.configs.clone(),
+                };
+                if validate_only {
+                    results[i] = Ok(created);
+                    continue;
+                }
+                let change = MetadataChange::CreateTopic(record);
+                match image.apply(&change) {
+                    Ok(next) => image = next,
+                    Err(e) => {
+                        results[i] = Err(Failure::new(ErrorCode::InvalidRequest, e));
+                        continue;
+                    }
+                }
+                changes.push((i, change, created));
+            }
+        }
+    }
+    commit_all(core, changes, &mut results).await;
+    results
+}
+
+fn new_topic_record(
+    core: &Core,
+    image: &MetadataImage,
+    t: &NewTopic,
+) -> Result<TopicRecord, Failure> {
+    let limits = &core.config.limits;
+    check_topic_name(&t.name).map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e))?;
+    if image.topics.contains_key(&t.name) {
+        return Err(Failure::new(
+            ErrorCode::TopicAlreadyExists,
+            format!("topic {:?} already exists", t.name),
+        ));
+    }
+    if image.topics.len() as u32 >= limits.topics_max {
+        return Err(Failure::new(
+            ErrorCode::LimitExceeded,
+            format!(
+                "the cluster already has limits.topics_max = {} topics",
+                limits.topics_max
+            ),
+        ));
+    }
+    let partitions = if t.num_partitions == -1 {
+        core.config.log.num_partitions as i32
+    } else {
+        t.num_partitions
+    };
+    if partitions < 1 || partitions as u32 > limits.partitions_per_topic_max {
+        return Err(Failure::new(
+            ErrorCode::InvalidPartitions,
+            format!(
+                "partition count {partitions} must be between 1 and {} (limits.partitions_per_topic_max)",
+                limits.partitions_per_topic_max
+            ),
+        ));
+    }
+    if !matches!(t.replication_factor, -1 | 1) {
+        return Err(Failure::new(
+            ErrorCode::InvalidReplicationFactor,
+            format!(
+                "replication factor {} is larger than the 1 broker available",
+                t.replication_factor
+            ),
+        ));
+    }
+    let configs: BTreeMap<String, String> = t
+        .configs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
+        .collect();
+    topic_config::validate(&configs, &core.config)
+        .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e))?;
+    let cores = image.place(partitions as usize);
+    Ok(TopicRecord {
+        name: t.name.clone(),
+        id: Uuid::random(),
+        internal: false,
+        configs,
+        partitions: cores
+            .into_iter()
+            .map(|core| PartitionRecord {
+                core,
+                leader_epoch: 0,
+                replicas: vec![0],
+            })
+            .collect(),
+    })
+}
+
+async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Results<()> {
+    let mut results = pending(names.len());
+    let mut image = (*current(core)).clone();
+    let mut changes = Vec::new();
+    for (i, name) in names.into_iter().enumerate() {
+        let Some(t) = image.topics.get(&name) else {
+            results[i] = Err(Failure::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic {name:?} does not exist"),
+            ));
+            continue;
+        };
+        if t.internal {
+            results[i] = Err(Failure::new(
+                ErrorCode::InvalidTopicOperation,
+                format!("{name} is internal and cannot be deleted"),
+            ));
+            continue;
+        }
+        let change = MetadataChange::DeleteTopic { name };
+        if let Ok(next) = image.apply(&change) {
+            image = next;
+        }
+        changes.push((i, change, ()));
+    }
+    commit_all(core, changes, &mut results).await;
+    results
+}
+
+async fn alter_configs(
+    core: &Rc<Core>,
+    resources: Vec<(String, Vec<ConfigOp>)>,
+    validate_only: bool,
+) -> Results<()> {
+    let mut results = pending(resources.len());
+    let mut image = (*current(core)).clone();
+    let mut changes = Vec::new();
+    for (i, (name, ops)) in resources.into_iter().enumerate() {
+        let Some(t) = image.topics.get(&name) else {
+            results[i] = Err(Failure::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic {name:?} does not exist"),
+            ));
+            continue;
+        };
+        let mut configs = t.configs.clone();
+        for op in ops {
+            match op {
+                ConfigOp::Set(k, v) => {
+                    configs.insert(k, v);
+                }
+                ConfigOp::Delete(k) => {
+                    if topic_config::doc(&k).is_none() {
+                        results[i] = Err(Failure::new(
+                            ErrorCode::InvalidConfig,
+                            format!("unknown topic config {k:?}"),
+                        ));
+                    }
+                    configs.remove(&k);
+                }
+            }
+        }
+        if results[i]
+            .as_ref()
+            .is_err_and(|f| f.code == ErrorCode::InvalidConfig)
+        {
+            continue;
+        }
+        if let Err(e) = topic_config::validate(&configs, &core.config) {
+            results[i] = Err(Failure::new(ErrorCode::InvalidConfig, e));
+            continue;
+        }
+        if validate_only {
+            results[i] = Ok(());
+            continue;
+        }
+        let change = MetadataChange::SetTopicConfigs { name, configs };
+        if let Ok(next) = image.apply(&change) {
+            image = next;
+        }
+        changes.push((i, change, ()));
+    }
+    commit_all(core, changes, &mut results).await;
+    results
+}
+
+async fn create_partitions(
+    core: &Rc<Core>,
+    topics: Vec<(String, i32)>,
+    validate_only: bool,
+) -> Results<()> {
+    let mut results = pending(topics.len());
+    let mut image = (*current(core)).clone();
+    let mut changes = Vec::new();
+    let max = core.config.limits.partitions_per_topic_max;
+    for (i, (name, count)) in topics.into_iter().enumerate() {
+        let Some(t) = image.topics.get(&name) else {
+            results[i] = Err(Failure::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic {name:?} does not exist"),
+            ));
+            continue;
+        };
+        let have = t.partitions.len() as i32;
+        if t.internal {
+            results[i] = Err(Failure::new(
+                ErrorCode::InvalidTopicOperation,
+                format!("{name} is internal"),
+            ));
+            continue;
+        }
+        if count <= have || count as u32 > max {
+            results[i] = Err(Failure::new(
+                ErrorCode::InvalidPartitions,
+                format!("topic {name:?} has {have} partitions; the new count must be larger and at most {max}"),
+            ));
+            continue;
+        }
+        if validate_only {
+            results[i] = Ok(());
+            continue;
+        }
+        let partitions = image
+            .place((count - have) as usize)
+            .into_iter()
+            .map(|core| PartitionRecord {
+                core,
+                leader_epoch: 0,
+                replicas: vec![0],
+            })
+            .collect();
+        let change = MetadataChange::AddPartitions { name, partitions };
+        if let Ok(next) = image.apply(&change) {
+            image = next;
+        }
+        changes.push((i, change, ()));
+    }
+    commit_all(core, changes, &mut results).await;
+    results
+}

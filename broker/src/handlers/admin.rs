@@ -1,0 +1,454 @@
+//! Administrative APIs: CreateTopics, DeleteTopics, AlterConfigs and CreatePartitions go to the
+//! controller (core 0); DescribeConfigs is answered from this core's metadata.
+
+use std::rc::Rc;
+
+use borges_protocol::frame::{Frame, FrameHeader};
+use borges_protocol::{wire, ApiKey, ErrorCode};
+use flatbuffers::FlatBufferBuilder;
+
+use crate::controller::{self, ConfigOp, ControllerRequest, NewTopic, TopicCreated};
+use crate::core::Core;
+use crate::router::Failure;
+use crate::topic_config::{self, ConfigSource};
+use crate::wire as w;
+
+/// Serves the APIs the controller executes.
+pub async fn controller_request(core: Rc<Core>, api: ApiKey, frame: Frame) -> Option<w::Response> {
+    let header = frame.header;
+    Some(match api {
+        ApiKey::CreateTopics => create_topics(&core, &header, &frame).await,
+        ApiKey::DeleteTopics => delete_topics(&core, &header, &frame).await,
+        ApiKey::AlterConfigs => alter_configs(&core, &header, &frame).await,
+        _ => create_partitions(&core, &header, &frame).await,
+    })
+}
+
+/// A response table with only a request-level error, for any admin API.
+fn request_failed(header: &FrameHeader, api: ApiKey, f: &Failure) -> w::Response {
+    let mut fbb = FlatBufferBuilder::with_capacity(128);
+    let message = w::message(&mut fbb, Some(f));
+    let code = f.code as u16;
+    macro_rules! finish {
+        ($t:ident, $args:ident) => {{
+            let root = wire::$t::create(
+                &mut fbb,
+                &wire::$args {
+                    error_code: code,
+                    error_message: message,
+                    ..Default::default()
+                },
+            );
+            fbb.finish(root, None);
+        }};
+    }
+    match api {
+        ApiKey::CreateTopics => finish!(CreateTopicsResponse, CreateTopicsResponseArgs),
+        ApiKey::DeleteTopics => finish!(DeleteTopicsResponse, DeleteTopicsResponseArgs),
+        ApiKey::AlterConfigs => finish!(AlterConfigsResponse, AlterConfigsResponseArgs),
+        ApiKey::DescribeConfigs => finish!(DescribeConfigsResponse, DescribeConfigsResponseArgs),
+        _ => finish!(CreatePartitionsResponse, CreatePartitionsResponseArgs),
+    }
+    w::response(header, fbb.finished_data(), Vec::new())
+}
+
+async fn create_topics(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+    let parsed = w::verify::<wire::CreateTopicsRequest>(&frame.message).map(|req| {
+        let topics: Vec<NewTopic> = req
+            .topics()
+            .iter()
+            .flatten()
+            .map(|t| NewTopic {
+                name: t.name().to_string(),
+                num_partitions: t.num_partitions(),
+                replication_factor: t.replication_factor(),
+                configs: t
+                    .configs()
+                    .iter()
+                    .flatten()
+                    .map(|c| (c.name().to_string(), c.value().map(str::to_string)))
+                    .collect(),
+            })
+            .collect();
+        (topics, req.validate_only())
+    });
+    let (topics, validate_only) = match parsed {
+        Ok(p) => p,
+        Err(f) => return request_failed(header, ApiKey::CreateTopics, &f),
+    };
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+    let results = match controller::call(core, |reply| ControllerRequest::CreateTopics {
+        topics,
+        validate_only,
+        reply,
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(f) => return request_failed(header, ApiKey::CreateTopics, &f),
+    };
+    let mut fbb = FlatBufferBuilder::with_capacity(256);
+    let items: Vec<_> = names
+        .iter()
+        .zip(results.iter())
+        .map(|(name, r)| created_result(&mut fbb, name, r))
+        .collect();
+    let items = fbb.create_vector(&items);
+    let root = wire::CreateTopicsResponse::create(
+        &mut fbb,
+        &wire::CreateTopicsResponseArgs {
+            error_code: 0,
+            error_message: None,
+            topics: Some(items),
+        },
+    );
+    fbb.finish(root, None);
+    w::response(header, fbb.finished_data(), Vec::new())
+}
+
+fn created_result<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    name: &str,
+    r: &Result<TopicCreated, Failure>,
+) -> flatbuffers::WIPOffset<wire::CreatableTopicResult<'a>> {
+    let f = r.as_ref().err();
+    let message = w::message(fbb, f);
+    let configs = r.as_ref().ok().map(|c| {
+        let entries: Vec<_> = c
+            .configs
+            .iter()
+            .map(|(k, v)| {
+                let k = fbb.create_string(k);
+                let v = fbb.create_string(v);
+                wire::ConfigEntry::create(
+                    fbb,
+                    &wire::ConfigEntryArgs {
+                        name: Some(k),
+                        value: Some(v),
+                    },
+                )
+            })
+            .collect();
+        fbb.create_vector(&entries)
+    });
+    let name = fbb.create_string(name);
+    let id = r
+        .as_ref()
+        .ok()
+        .map(|c| wire::Uuid::new(c.id.hi(), c.id.lo()));
+    wire::CreatableTopicResult::create(
+        fbb,
+        &wire::CreatableTopicResultArgs {
+            name: Some(name),
+            topic_id: id.as_ref(),
+            error_code: w::code(f),
+            error_message: message,
+            num_partitions: r.as_ref().map_or(-1, |c| c.num_partitions),
+            replication_factor: r.as_ref().map_or(-1, |c| c.replication_factor),
+            configs,
+        },
+    )
+}
+
+async fn delete_topics(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+    let names = match w::verify::<wire::DeleteTopicsRequest>(&frame.message) {
+        Ok(req) => req
+            .topic_names()
+            .map(|n| n.iter().map(str::to_string).collect::<Vec<_>>())
+            .unwrap_or_default(),
+        Err(f) => return request_failed(header, ApiKey::DeleteTopics, &f),
+    };
+    let results = match controller::call(core, |reply| ControllerRequest::DeleteTopics {
+        names: names.clone(),
+        reply,
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(f) => return request_failed(header, ApiKey::DeleteTopics, &f),
+    };
+    let mut fbb = FlatBufferBuilder::with_capacity(256);
+    let items: Vec<_> = names
+        .iter()
+        .zip(results.iter())
+        .map(|(name, r)| {
+            let f = r.as_ref().err();
+            let message = w::message(&mut fbb, f);
+            let name = fbb.create_string(name);
+            wire::DeletableTopicResult::create(
+                &mut fbb,
+                &wire::DeletableTopicResultArgs {
+                    name: Some(name),
+                    error_code: w::code(f),
+                    error_message: message,
+                },
+            )
+        })
+        .collect();
+    let items = fbb.create_vector(&items);
+    let root = wire::DeleteTopicsResponse::create(
+        &mut fbb,
+        &wire::DeleteTopicsResponseArgs {
+            error_code: 0,
+            error_message: None,
+            topics: Some(items),
+        },
+    );
+    fbb.finish(root, None);
+    w::response(header, fbb.finished_data(), Vec::new())
+}
+
+type AlterParsed = (
+    Vec<(
+        wire::ConfigResourceType,
+        String,
+        Result<Vec<ConfigOp>, Failure>,
+    )>,
+    bool,
+);
+
+fn parse_alter(frame: &Frame) -> Result<AlterParsed, Failure> {
+    let req = w::verify::<wire::AlterConfigsRequest>(&frame.message)?;
+    let mut out = Vec::new();
+    for r in req.resources().iter().flatten() {
+        let ops = if r.resource_type() != wire::ConfigResourceType::Topic {
+            Err(Failure::new(
+                ErrorCode::InvalidRequest,
+                "only topic configs can be altered; broker settings live in the config file",
+            ))
+        } else {
+            r.configs()
+                .iter()
+                .flatten()
+                .map(|c| match c.op() {
+                    wire::AlterConfigOp::Set => c
+                        .value()
+                        .map(|v| ConfigOp::Set(c.name().to_string(), v.to_string()))
+                        .ok_or_else(|| {
+                            Failure::new(
+                                ErrorCode::InvalidConfig,
+                                format!("{}: a SET needs a value", c.name()),
+                            )
+                        }),
+                    wire::AlterConfigOp::Delete => Ok(ConfigOp::Delete(c.name().to_string())),
+                    _ => Err(Failure::new(
+                        ErrorCode::InvalidRequest,
+                        "unknown config operation",
+                    )),
+                })
+                .collect()
+        };
+        out.push((r.resource_type(), r.resource_name().to_string(), ops));
+    }
+    Ok((out, req.validate_only()))
+}
+
+async fn alter_configs(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+    let (resources, validate_only) = match parse_alter(frame) {
+        Ok(p) => p,
+        Err(f) => return request_failed(header, ApiKey::AlterConfigs, &f),
+    };
+    let valid: Vec<(String, Vec<ConfigOp>)> = resources
+        .iter()
+        .filter_map(|(_, n, ops)| ops.as_ref().ok().map(|o| (n.clone(), o.clone())))
+        .collect();
+    let mut results = match controller::call(core, |reply| ControllerRequest::AlterConfigs {
+        resources: valid,
+        validate_only,
+        reply,
+    })
+    .await
+    {
+        Ok(r) => r.into_iter(),
+        Err(f) => return request_failed(header, ApiKey::AlterConfigs, &f),
+    };
+    let mut fbb = FlatBufferBuilder::with_capacity(256);
+    let items: Vec<_> = resources
+        .iter()
+        .map(|(ty, name, ops)| {
+            let r: Result<(), Failure> = match ops {
+                Err(f) => Err(f.clone()),
+                Ok(_) => results.next().unwrap_or_else(|| {
+                    Err(Failure::new(
+                        ErrorCode::UnknownServerError,
+                        "missing result",
+                    ))
+                }),
+            };
+            let f = r.as_ref().err();
+            let message = w::message(&mut fbb, f);
+            let name = fbb.create_string(name);
+            wire::AlterConfigsResourceResult::create(
+                &mut fbb,
+                &wire::AlterConfigsResourceResultArgs {
+                    error_code: w::code(f),
+                    error_message: message,
+                    resource_type: *ty,
+                    resource_name: Some(name),
+                },
+            )
+        })
+        .collect();
+    let items = fbb.create_vector(&items);
+    let root = wire::AlterConfigsResponse::create(
+        &mut fbb,
+        &wire::AlterConfigsResponseArgs {
+            error_code: 0,
+            error_message: None,
+            results: Some(items),
+        },
+    );
+    fbb.finish(root, None);
+    w::response(header, fbb.finished_data(), Vec::new())
+}
+
+async fn create_partitions(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+    let parsed = w::verify::<wire::CreatePartitionsRequest>(&frame.message).map(|req| {
+        let topics: Vec<(String, i32)> = req
+            .topics()
+            .iter()
+            .flatten()
+            .map(|t| (t.name().to_string(), t.count()))
+            .collect();
+        (topics, req.validate_only())
+    });
+    let (topics, validate_only) = match parsed {
+        Ok(p) => p,
+        Err(f) => return request_failed(header, ApiKey::CreatePartitions, &f),
+    };
+    let names: Vec<String> = topics.iter().map(|t| t.0.clone()).collect();
+    let results = match controller::call(core, |reply| ControllerRequest::CreatePartitions {
+        topics,
+        validate_only,
+        reply,
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(f) => return request_failed(header, ApiKey::CreatePartitions, &f),
+    };
+    let mut fbb = FlatBufferBuilder::with_capacity(256);
+    let items: Vec<_> = names
+        .iter()
+        .zip(results.iter())
+        .map(|(name, r)| {
+            let f = r.as_ref().err();
+            let message = w::message(&mut fbb, f);
+            let name = fbb.create_string(name);
+            wire::CreatePartitionsTopicResult::create(
+                &mut fbb,
+                &wire::CreatePartitionsTopicResultArgs {
+                    name: Some(name),
+                    error_code: w::code(f),
+                    error_message: message,
+                },
+            )
+        })
+        .collect();
+    let items = fbb.create_vector(&items);
+    let root = wire::CreatePartitionsResponse::create(
+        &mut fbb,
+        &wire::CreatePartitionsResponseArgs {
+            error_code: 0,
+            error_message: None,
+            results: Some(items),
+        },
+    );
+    fbb.finish(root, None);
+    w::response(header, fbb.finished_data(), Vec::new())
+}
+
+/// Serves DescribeConfigs from this core's metadata.
+pub async fn describe_configs(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
+    let header = frame.header;
+    let req = match w::verify::<wire::DescribeConfigsRequest>(&frame.message) {
+        Ok(r) => r,
+        Err(f) => return Some(request_failed(&header, ApiKey::DescribeConfigs, &f)),
+    };
+    let image = core.metadata.borrow().clone();
+    let include_docs = req.include_documentation();
+    let mut fbb = FlatBufferBuilder::with_capacity(1024);
+    let mut results = Vec::new();
+    for r in req.resources().iter().flatten() {
+        let name = r.resource_name().to_string();
+        let wanted: Option<Vec<String>> = r
+            .config_names()
+            .map(|v| v.iter().map(str::to_string).collect())
+            .filter(|v: &Vec<String>| !v.is_empty());
+        let (failure, entries) = match r.resource_type() {
+            wire::ConfigResourceType::Topic => match image.topics.get(&name) {
+                Some(t) => (None, topic_config::effective(&t.configs, &core.config)),
+                None => (
+                    Some(Failure::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {name:?} does not exist"),
+                    )),
+                    Vec::new(),
+                ),
+            },
+            wire::ConfigResourceType::Broker => (
+                None,
+                topic_config::effective(&Default::default(), &core.config),
+            ),
+            _ => (
+                Some(Failure::new(
+                    ErrorCode::InvalidRequest,
+                    "unknown resource type",
+                )),
+                Vec::new(),
+            ),
+        };
+        let broker = r.resource_type() == wire::ConfigResourceType::Broker;
+        let entries: Vec<_> = entries
+            .into_iter()
+            .filter(|(n, _, _)| wanted.as_ref().is_none_or(|w| w.iter().any(|x| x == n)))
+            .map(|(n, v, source)| {
+                let doc = include_docs
+                    .then(|| topic_config::doc(n))
+                    .flatten()
+                    .map(|d| fbb.create_string(d));
+                let n = fbb.create_string(n);
+                let v = fbb.create_string(&v);
+                wire::DescribeConfigsEntry::create(
+                    &mut fbb,
+                    &wire::DescribeConfigsEntryArgs {
+                        name: Some(n),
+                        value: Some(v),
+                        read_only: broker,
+                        source: match (broker, source) {
+                            (true, _) => wire::ConfigSource::BrokerConfig,
+                            (false, ConfigSource::Topic) => wire::ConfigSource::TopicConfig,
+                            (false, ConfigSource::Default) => wire::ConfigSource::Default,
+                        },
+                        is_sensitive: false,
+                        documentation: doc,
+                    },
+                )
+            })
+            .collect();
+        let entries = fbb.create_vector(&entries);
+        let message = w::message(&mut fbb, failure.as_ref());
+        let name = fbb.create_string(&name);
+        results.push(wire::DescribeConfigsResult::create(
+            &mut fbb,
+            &wire::DescribeConfigsResultArgs {
+                error_code: w::code(failure.as_ref()),
+                error_message: message,
+                resource_type: r.resource_type(),
+                resource_name: Some(name),
+                configs: Some(entries),
+            },
+        ));
+    }
+    let results = fbb.create_vector(&results);
+    let root = wire::DescribeConfigsResponse::create(
+        &mut fbb,
+        &wire::DescribeConfigsResponseArgs {
+            error_code: 0,
+            error_message: None,
+            results: Some(results),
+        },
+    );
+    fbb.finish(root, None);
+    Some(w::response(&header, fbb.finished_data(), Vec::new()))
+}

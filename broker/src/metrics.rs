@@ -1,0 +1,336 @@
+//! Metrics: counters and latency histograms kept per core without synchronisation, gathered by
+//! message into snapshots and rendered in the Prometheus text format by the metrics endpoint.
+
+use std::cell::{Cell, RefCell};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use borges_protocol::ApiKey;
+use hdrhistogram::Histogram;
+
+use crate::core::Core;
+
+/// API keys tracked (keys at or above are counted as the last slot).
+const API_SLOTS: usize = 32;
+
+/// One core's metrics. Lives on one core.
+pub struct CoreMetrics {
+    core: usize,
+    requests: [Cell<u64>; API_SLOTS],
+    refused: [Cell<u64>; API_SLOTS],
+    latency_us: RefCell<Vec<Option<Histogram<u64>>>>,
+    /// Bytes read from client sockets.
+    pub bytes_received: Cell<u64>,
+    /// Bytes written to client sockets.
+    pub bytes_sent: Cell<u64>,
+    /// Part of `bytes_sent` sent with sendfile.
+    pub bytes_sendfile: Cell<u64>,
+    /// Record batch bytes appended.
+    pub produce_bytes: Cell<u64>,
+    /// Records appended.
+    pub produce_records: Cell<u64>,
+    /// Produce partitions refused during validation.
+    pub produce_rejected: Cell<u64>,
+    /// Produce partitions that failed after validation.
+    pub produce_failed: Cell<u64>,
+    /// Record batch bytes returned by fetches.
+    pub fetch_bytes: Cell<u64>,
+    /// Connections accepted.
+    pub connections_opened: Cell<u64>,
+    /// Connections closed.
+    pub connections_closed: Cell<u64>,
+    /// Connections refused (connections_max).
+    pub connections_refused: Cell<u64>,
+    /// Frames that could not be decoded.
+    pub malformed_frames: Cell<u64>,
+    /// Requests (or parts of them) forwarded to another core.
+    pub forwarded: Cell<u64>,
+}
+
+/// A core's metrics at one moment; crosses cores.
+pub struct MetricsSnapshot {
+    /// Core index.
+    pub core: usize,
+    /// (api key, count).
+    pub requests: Vec<(u16, u64, u64)>,
+    /// Latency histograms in microseconds, by API key.
+    pub latency_us: Vec<(u16, Histogram<u64>)>,
+    /// Named counters.
+    pub counters: Vec<(&'static str, u64)>,
+    /// Named gauges.
+    pub gauges: Vec<(&'static str, u64)>,
+    /// Per-partition figures of the partitions this core owns.
+    pub partitions: Vec<PartitionStats>,
+}
+
+/// Figures of one partition.
+pub struct PartitionStats {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Log start offset.
+    pub log_start_offset: i64,
+    /// High watermark.
+    pub high_watermark: i64,
+    /// Log end offset.
+    pub log_end_offset: i64,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+    /// Segment count.
+    pub segments: usize,
+}
+
+impl CoreMetrics {
+    /// Empty metrics for core `core`.
+    pub fn new(core: usize) -> CoreMetrics {
+        CoreMetrics {
+            core,
+            requests: std::array::from_fn(|_| Cell::new(0)),
+            refused: std::array::from_fn(|_| Cell::new(0)),
+            latency_us: RefCell::new((0..API_SLOTS).map(|_| None).collect()),
+            bytes_received: Cell::new(0),
+            bytes_sent: Cell::new(0),
+            bytes_sendfile: Cell::new(0),
+            produce_bytes: Cell::new(0),
+            produce_records: Cell::new(0),
+            produce_rejected: Cell::new(0),
+            produce_failed: Cell::new(0),
+            fetch_bytes: Cell::new(0),
+            connections_opened: Cell::new(0),
+            connections_closed: Cell::new(0),
+            connections_refused: Cell::new(0),
+            malformed_frames: Cell::new(0),
+            forwarded: Cell::new(0),
+        }
+    }
+
+    fn slot(key: u16) -> usize {
+        usize::from(key).min(API_SLOTS - 1)
+    }
+
+    /// Counts a request (refused before its handler ran, or not).
+    pub fn count_request(&self, key: u16, refused: bool) {
+        let cells = if refused {
+            &self.refused
+        } else {
+            &self.requests
+        };
+        let c = &cells[Self::slot(key)];
+        c.set(c.get() + 1);
+    }
+
+    /// Records the time from a request's decode to its response being ready.
+    pub fn record_latency(&self, api: ApiKey, elapsed: Duration) {
+        let mut h = self.latency_us.borrow_mut();
+        let slot = &mut h[Self::slot(api as u16)];
+        if slot.is_none() {
+            *slot = Histogram::new_with_bounds(1, 3_600_000_000, 3).ok();
+        }
+        if let Some(h) = slot {
+            let _ = h.record((elapsed.as_micros() as u64).max(1));
+        }
+    }
+
+    /// Counts appended bytes and records.
+    pub fn record_produce(&self, bytes: u64, records: u64) {
+        self.produce_bytes.set(self.produce_bytes.get() + bytes);
+        self.produce_records
+            .set(self.produce_records.get() + records);
+    }
+
+    /// Counts fetched bytes.
+    pub fn record_fetch(&self, bytes: u64) {
+        self.fetch_bytes.set(self.fetch_bytes.get() + bytes);
+    }
+
+    /// A snapshot of this core (including its partitions).
+    pub fn snapshot(&self, core: &Core) -> MetricsSnapshot {
+        let requests = (0..API_SLOTS)
+            .filter(|&i| self.requests[i].get() + self.refused[i].get() > 0)
+            .map(|i| (i as u16, self.requests[i].get(), self.refused[i].get()))
+            .collect();
+        let latency_us = self
+            .latency_us
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| h.as_ref().map(|h| (i as u16, h.clone())))
+            .collect();
+        let counters = vec![
+            ("borges_bytes_received_total", self.bytes_received.get()),
+            ("borges_bytes_sent_total", self.bytes_sent.get()),
+            ("borges_bytes_sendfile_total", self.bytes_sendfile.get()),
+            ("borges_produce_bytes_total", self.produce_bytes.get()),
+            ("borges_produce_records_total", self.produce_records.get()),
+            ("borges_produce_rejected_total", self.produce_rejected.get()),
+            ("borges_produce_failed_total", self.produce_failed.get()),
+            ("borges_fetch_bytes_total", self.fetch_bytes.get()),
+            (
+                "borges_connections_opened_total",
+                self.connections_opened.get(),
+            ),
+            (
+                "borges_connections_refused_total",
+                self.connections_refused.get(),
+            ),
+            ("borges_malformed_frames_total", self.malformed_frames.get()),
+            ("borges_cross_core_forwards_total", self.forwarded.get()),
+        ];
+        let gauges = vec![
+            ("borges_connections", u64::from(core.connections.get())),
+            (
+                "borges_storage_unflushed_bytes",
+                core.storage.unflushed_bytes(),
+            ),
+            (
+                "borges_storage_tail_cache_bytes",
+                core.storage.tail_cache_bytes(),
+            ),
+            (
+                "borges_request_memory_available_bytes",
+                core.request_memory.available(),
+            ),
+        ];
+        let partitions = core
+            .all_logs()
+            .into_iter()
+            .map(|(p, log)| {
+                let o = log.offsets();
+                PartitionStats {
+                    topic: p.topic.to_string(),
+                    partition: p.partition,
+                    log_start_offset: o.log_start_offset,
+                    high_watermark: o.high_watermark,
+                    log_end_offset: o.log_end_offset,
+                    size_bytes: log.size_bytes(),
+                    segments: log.segment_count(),
+                }
+            })
+            .collect();
+        MetricsSnapshot {
+            core: self.core,
+            requests,
+            latency_us,
+            counters,
+            gauges,
+            partitions,
+        }
+    }
+}
+
+fn api_name(key: u16) -> &'static str {
+    ApiKey::from_u16(key).map_or("Unknown", |k| k.name())
+}
+
+/// Renders snapshots of every core in the Prometheus text exposition format.
+pub fn render(snapshots: &[MetricsSnapshot]) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    let _ = writeln!(out, "# TYPE borges_requests_total counter");
+    for s in snapshots {
+        for (key, ok, _) in &s.requests {
+            let _ = writeln!(
+                out,
+                "borges_requests_total{{core=\"{}\",api=\"{}\"}} {ok}",
+                s.core,
+                api_name(*key)
+            );
+        }
+    }
+    let _ = writeln!(out, "# TYPE borges_requests_refused_total counter");
+    for s in snapshots {
+        for (key, _, refused) in &s.requests {
+            let _ = writeln!(
+                out,
+                "borges_requests_refused_total{{core=\"{}\",api=\"{}\"}} {refused}",
+                s.core,
+                api_name(*key)
+            );
+        }
+    }
+    render_latency(&mut out, snapshots);
+    if let Some(first) = snapshots.first() {
+        for (i, (name, _)) in first.counters.iter().enumerate() {
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for s in snapshots {
+                let _ = writeln!(out, "{name}{{core=\"{}\"}} {}", s.core, s.counters[i].1);
+            }
+        }
+        for (i, (name, _)) in first.gauges.iter().enumerate() {
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for s in snapshots {
+                let _ = writeln!(out, "{name}{{core=\"{}\"}} {}", s.core, s.gauges[i].1);
+            }
+        }
+    }
+    render_partitions(&mut out, snapshots);
+    out
+}
+
+fn render_latency(out: &mut String, snapshots: &[MetricsSnapshot]) {
+    let mut merged: Vec<(u16, Histogram<u64>)> = Vec::new();
+    for s in snapshots {
+        for (key, h) in &s.latency_us {
+            match merged.iter_mut().find(|(k, _)| k == key) {
+                Some((_, m)) => {
+                    let _ = m.add(h);
+                }
+                None => merged.push((*key, h.clone())),
+            }
+        }
+    }
+    merged.sort_by_key(|(k, _)| *k);
+    let _ = writeln!(out, "# TYPE borges_request_latency_seconds summary");
+    for (key, h) in &merged {
+        let api = api_name(*key);
+        for q in [0.5, 0.9, 0.99, 0.999] {
+            let _ = writeln!(
+                out,
+                "borges_request_latency_seconds{{api=\"{api}\",quantile=\"{q}\"}} {:.6}",
+                h.value_at_quantile(q) as f64 / 1e6
+            );
+        }
+        let sum: f64 = h.mean() * h.len() as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "borges_request_latency_seconds_sum{{api=\"{api}\"}} {sum:.6}"
+        );
+        let _ = writeln!(
+            out,
+            "borges_request_latency_seconds_count{{api=\"{api}\"}} {}",
+            h.len()
+        );
+    }
+}
+
+fn render_partitions(out: &mut String, snapshots: &[MetricsSnapshot]) {
+    type Getter = fn(&PartitionStats) -> String;
+    let series: [(&str, Getter); 5] = [
+        ("borges_partition_log_start_offset", |p| {
+            p.log_start_offset.to_string()
+        }),
+        ("borges_partition_high_watermark", |p| {
+            p.high_watermark.to_string()
+        }),
+        ("borges_partition_log_end_offset", |p| {
+            p.log_end_offset.to_string()
+        }),
+        ("borges_partition_size_bytes", |p| p.size_bytes.to_string()),
+        ("borges_partition_segments", |p| p.segments.to_string()),
+    ];
+    for (name, get) in series {
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for s in snapshots {
+            for p in &s.partitions {
+                let _ = writeln!(
+                    out,
+                    "{name}{{topic=\"{}\",partition=\"{}\",core=\"{}\"}} {}",
+                    p.topic,
+                    p.partition,
+                    s.core,
+                    get(p)
+                );
+            }
+        }
+    }
+}

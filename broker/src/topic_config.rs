@@ -1,0 +1,265 @@
+//! Topic configs: the known names (Kafka's dotted spelling), their validation, their broker
+//! defaults, and the storage settings they become.
+
+use std::collections::BTreeMap;
+
+use borges_storage::{Durability, LogConfig};
+
+use crate::config::{BrokerConfig, DurabilityPolicy};
+
+/// Where a config value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// Set on the topic.
+    Topic,
+    /// The broker's default.
+    Default,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Long { min: i64 },
+    Durability,
+    CleanupPolicy,
+    TimestampType,
+}
+
+struct Def {
+    name: &'static str,
+    kind: Kind,
+    doc: &'static str,
+}
+
+const DEFS: &[Def] = &[
+    Def { name: "retention.ms", kind: Kind::Long { min: -1 }, doc: "Delete closed segments whose newest record is older than this (ms); -1 keeps forever." },
+    Def { name: "retention.bytes", kind: Kind::Long { min: -1 }, doc: "Delete the oldest closed segments while the partition is larger than this; -1 means no cap." },
+    Def { name: "segment.bytes", kind: Kind::Long { min: 4096 }, doc: "Roll a new segment when the active one reaches this size." },
+    Def { name: "segment.ms", kind: Kind::Long { min: 1 }, doc: "Roll a new segment when the active one is this old (ms)." },
+    Def { name: "segment.index.bytes", kind: Kind::Long { min: 4096 }, doc: "Size of a segment's offset index; the segment rolls when it is full." },
+    Def { name: "index.interval.bytes", kind: Kind::Long { min: 0 }, doc: "Bytes of log between two offset-index entries." },
+    Def { name: "durability", kind: Kind::Durability, doc: "fsync: group-commit fdatasync before acks=all and before consumers see data; interval: fdatasync every flush.ms; none: never fdatasync (durability left to replication)." },
+    Def { name: "flush.ms", kind: Kind::Long { min: 1 }, doc: "fdatasync interval when durability=interval (ms)." },
+    Def { name: "max.message.bytes", kind: Kind::Long { min: 64 }, doc: "Largest record batch accepted." },
+    Def { name: "min.insync.replicas", kind: Kind::Long { min: 1 }, doc: "acks=all is refused when fewer replicas are in sync." },
+    Def { name: "cleanup.policy", kind: Kind::CleanupPolicy, doc: "delete (compaction is not implemented yet)." },
+    Def { name: "delete.retention.ms", kind: Kind::Long { min: 0 }, doc: "How long tombstones are kept on compacted topics (ms)." },
+    Def { name: "message.timestamp.type", kind: Kind::TimestampType, doc: "CreateTime: record timestamps are the producer's." },
+];
+
+/// Checks one name/value pair.
+pub fn validate_one(name: &str, value: &str) -> Result<(), String> {
+    let def = DEFS.iter().find(|d| d.name == name).ok_or_else(|| {
+        format!(
+            "unknown topic config {name:?}; known: {}",
+            names().join(", ")
+        )
+    })?;
+    match def.kind {
+        Kind::Long { min } => {
+            let v: i64 = value
+                .parse()
+                .map_err(|_| format!("{name} = {value:?} is not an integer"))?;
+            if v < min {
+                return Err(format!("{name} = {v} is below the minimum {min}"));
+            }
+        }
+        Kind::Durability => {
+            DurabilityPolicy::parse(value).ok_or_else(|| {
+                format!("durability = {value:?}: expected fsync, interval or none")
+            })?;
+        }
+        Kind::CleanupPolicy => match value {
+            "delete" => {}
+            "compact" | "compact,delete" | "delete,compact" => {
+                return Err(format!(
+                    "cleanup.policy = {value}: log compaction is not implemented yet; only delete is accepted"
+                ))
+            }
+            _ => return Err(format!("cleanup.policy = {value:?}: expected delete")),
+        },
+        Kind::TimestampType => {
+            if value != "CreateTime" {
+                return Err(format!(
+                    "message.timestamp.type = {value:?}: only CreateTime is supported"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a whole set of overrides, including relations to broker limits.
+pub fn validate(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> Result<(), String> {
+    for (k, v) in configs {
+        validate_one(k, v)?;
+    }
+    if let Some(v) = configs.get("max.message.bytes") {
+        let v: i64 = v.parse().unwrap_or(0);
+        if v >= i64::from(broker.limits.frame_size_bytes_max) {
+            return Err(format!(
+                "max.message.bytes = {v} must be below the broker's frame_size_bytes_max {}",
+                broker.limits.frame_size_bytes_max
+            ));
+        }
+        if v as u64 > broker.storage.write_buffer_bytes_max {
+            return Err(format!(
+                "max.message.bytes = {v} exceeds the broker's storage.write_buffer_bytes_max"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every known config name.
+pub fn names() -> Vec<&'static str> {
+    DEFS.iter().map(|d| d.name).collect()
+}
+
+/// Documentation of a config.
+pub fn doc(name: &str) -> Option<&'static str> {
+    DEFS.iter().find(|d| d.name == name).map(|d| d.doc)
+}
+
+/// The broker default of a config, as a string.
+pub fn default_value(name: &str, broker: &BrokerConfig) -> Option<String> {
+    let d = &broker.log;
+    Some(match name {
+        "retention.ms" => d.retention_ms.to_string(),
+        "retention.bytes" => d.retention_bytes.to_string(),
+        "segment.bytes" => d.segment_size_bytes.to_string(),
+        "segment.ms" => d.segment_ms.to_string(),
+        "segment.index.bytes" => (10 * 1024 * 1024).to_string(),
+        "index.interval.bytes" => d.index_interval_bytes.to_string(),
+        "durability" => d.durability.as_str().to_string(),
+        "flush.ms" => d.flush_interval_ms.to_string(),
+        "max.message.bytes" => d.max_message_bytes.to_string(),
+        "min.insync.replicas" => "1".to_string(),
+        "cleanup.policy" => d.cleanup_policy.clone(),
+        "delete.retention.ms" => (24 * 3600 * 1000).to_string(),
+        "message.timestamp.type" => "CreateTime".to_string(),
+        _ => return None,
+    })
+}
+
+/// Every config with its effective value and source, in name order.
+pub fn effective(
+    configs: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> Vec<(&'static str, String, ConfigSource)> {
+    let mut out: Vec<_> = DEFS
+        .iter()
+        .map(|d| match configs.get(d.name) {
+            Some(v) => (d.name, v.clone(), ConfigSource::Topic),
+            None => (
+                d.name,
+                default_value(d.name, broker).unwrap_or_default(),
+                ConfigSource::Default,
+            ),
+        })
+        .collect();
+    out.sort_by_key(|(n, _, _)| *n);
+    out
+}
+
+fn get_i64(configs: &BTreeMap<String, String>, name: &str, default: i64) -> i64 {
+    configs
+        .get(name)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `max.message.bytes` in effect.
+pub fn max_message_bytes(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> usize {
+    get_i64(
+        configs,
+        "max.message.bytes",
+        i64::from(broker.log.max_message_bytes),
+    )
+    .max(64) as usize
+}
+
+/// `min.insync.replicas` in effect.
+pub fn min_insync_replicas(configs: &BTreeMap<String, String>) -> i64 {
+    get_i64(configs, "min.insync.replicas", 1)
+}
+
+/// The storage settings of a partition of a topic with these overrides.
+pub fn log_config(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
+    let d = &broker.log;
+    let durability = configs
+        .get("durability")
+        .and_then(|v| DurabilityPolicy::parse(v))
+        .unwrap_or(d.durability);
+    LogConfig {
+        segment_size_bytes: get_i64(configs, "segment.bytes", d.segment_size_bytes as i64) as u64,
+        segment_ms: get_i64(configs, "segment.ms", d.segment_ms as i64) as u64,
+        index_interval_bytes: get_i64(
+            configs,
+            "index.interval.bytes",
+            i64::from(d.index_interval_bytes),
+        ) as u32,
+        index_size_bytes_max: get_i64(configs, "segment.index.bytes", 10 * 1024 * 1024) as u32,
+        retention_ms: get_i64(configs, "retention.ms", d.retention_ms),
+        retention_bytes: get_i64(configs, "retention.bytes", d.retention_bytes),
+        durability: match durability {
+            DurabilityPolicy::Fsync => Durability::Fsync,
+            DurabilityPolicy::Interval => Durability::Interval,
+            DurabilityPolicy::None => Durability::None,
+        },
+        flush_interval_ms: get_i64(configs, "flush.ms", d.flush_interval_ms as i64) as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_problem() {
+        assert!(validate_one("retention.ms", "-1").is_ok());
+        assert!(validate_one("retention.ms", "-2")
+            .unwrap_err()
+            .contains("minimum"));
+        assert!(validate_one("retention.ms", "soon")
+            .unwrap_err()
+            .contains("not an integer"));
+        assert!(validate_one("bogus", "1")
+            .unwrap_err()
+            .contains("unknown topic config"));
+        assert!(validate_one("durability", "fsync").is_ok());
+        assert!(validate_one("durability", "sometimes").is_err());
+        assert!(validate_one("cleanup.policy", "compact")
+            .unwrap_err()
+            .contains("not implemented"));
+    }
+
+    #[test]
+    fn overrides_reach_the_log_config() {
+        let broker = BrokerConfig::default();
+        let mut c = BTreeMap::new();
+        c.insert("retention.ms".to_string(), "1000".to_string());
+        c.insert("durability".to_string(), "none".to_string());
+        let lc = log_config(&c, &broker);
+        assert_eq!(lc.retention_ms, 1000);
+        assert!(matches!(lc.durability, Durability::None));
+        assert_eq!(lc.segment_size_bytes, broker.log.segment_size_bytes);
+        let eff = effective(&c, &broker);
+        assert!(eff
+            .iter()
+            .any(|(n, v, s)| *n == "retention.ms" && v == "1000" && *s == ConfigSource::Topic));
+        assert!(eff
+            .iter()
+            .any(|(n, _, s)| *n == "segment.bytes" && *s == ConfigSource::Default));
+    }
+
+    #[test]
+    fn max_message_bytes_must_fit_a_frame() {
+        let broker = BrokerConfig::default();
+        let mut c = BTreeMap::new();
+        c.insert(
+            "max.message.bytes".to_string(),
+            broker.limits.frame_size_bytes_max.to_string(),
+        );
+        assert!(validate(&c, &broker).is_err());
+    }
+}
