@@ -282,7 +282,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("data");
         let data: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
-        std::fs::File::create(&path).unwrap().write_all(&data).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&data)
+            .unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let expected = data[1000..1000 + (6 << 20)].to_vec();
@@ -297,7 +300,10 @@ mod tests {
         crate::executor::run_local(async move {
             let mut stream = TcpStream::connect(addr).await.unwrap();
             let fd = Arc::new(open_for_send(&path).unwrap());
-            stream.send_file(fd.clone(), 1000, 3 << 20, true).await.unwrap();
+            stream
+                .send_file(fd.clone(), 1000, 3 << 20, true)
+                .await
+                .unwrap();
             stream
                 .send_file(fd, 1000 + (3 << 20), 3 << 20, false)
                 .await
