@@ -71,9 +71,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let value = Bytes::from(vec![b'x'; record_size]);
     // Warm up: connections, metadata, allocator.
     for _ in 0..10_000 {
-        let _ = producer
-            .send(ProducerRecord::new(topic.clone()).value(value.clone()))
-            .await?;
+        // The delivery future is dropped: flush() below waits for the acknowledgements.
+        drop(
+            producer
+                .send(ProducerRecord::new(topic.clone()).value(value.clone()))
+                .await?,
+        );
     }
     producer.flush().await?;
     let start = Instant::now();

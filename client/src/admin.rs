@@ -1,6 +1,6 @@
 //! The admin client: topics, configs and offsets.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use borges_protocol::{wire, ApiKey};
@@ -103,12 +103,12 @@ impl Admin {
 
     /// Names of every topic except internal ones, sorted.
     pub async fn list_topics(&self) -> Result<Vec<String>> {
-        Ok(self.list(false).await?)
+        self.list(false).await
     }
 
     /// Names of every topic, internal ones (`__consumer_offsets`) included, sorted.
     pub async fn list_all_topics(&self) -> Result<Vec<String>> {
-        Ok(self.list(true).await?)
+        self.list(true).await
     }
 
     async fn list(&self, internal: bool) -> Result<Vec<String>> {
@@ -317,15 +317,21 @@ pub(crate) fn parse_list_offsets(
 ) -> Result<Vec<ListedOffset>> {
     check_code(response.error_code, response.error_message)?;
     let topics = response.topics.unwrap_or_default();
+    // The same partition may be asked about several times (earliest and latest): the k-th
+    // query of a partition takes its k-th answer.
+    let mut used: HashMap<(&str, i32), usize> = HashMap::new();
     queries
         .iter()
         .map(|(tp, _)| {
+            let seen = used.entry((tp.topic.as_str(), tp.partition)).or_insert(0);
             let p = topics
                 .iter()
                 .filter(|t| t.name == tp.topic)
                 .flat_map(|t| t.partitions.iter().flatten())
-                .find(|p| p.partition == tp.partition)
+                .filter(|p| p.partition == tp.partition)
+                .nth(*seen)
                 .ok_or_else(|| ClientError::Protocol(format!("ListOffsets response lacks {tp}")))?;
+            *seen += 1;
             check_code(p.error_code, p.error_message.clone())
                 .map_err(|e| name_error(e, &tp.to_string()))?;
             Ok(ListedOffset {
@@ -373,6 +379,31 @@ mod tests {
             parse_list_offsets(response, &missing),
             Err(ClientError::Protocol(_))
         ));
+    }
+
+    #[test]
+    fn repeated_queries_of_one_partition_take_answers_in_order() {
+        let response = obj!(wire::ListOffsetsResponseT {
+            topics: Some(vec![obj!(wire::ListOffsetsTopicResponseT {
+                name: "t".into(),
+                partitions: Some(vec![
+                    obj!(wire::ListOffsetsPartitionResponseT {
+                        partition: 0,
+                        offset: 0
+                    }),
+                    obj!(wire::ListOffsetsPartitionResponseT {
+                        partition: 0,
+                        offset: 7
+                    }),
+                ]),
+            })]),
+        });
+        let queries = vec![
+            (TopicPartition::new("t", 0), OffsetSpec::Earliest),
+            (TopicPartition::new("t", 0), OffsetSpec::Latest),
+        ];
+        let listed = parse_list_offsets(response, &queries).unwrap();
+        assert_eq!((listed[0].offset, listed[1].offset), (0, 7));
     }
 
     #[test]

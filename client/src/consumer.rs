@@ -331,7 +331,10 @@ impl Consumer {
             topics.dedup();
             match self.core.refresh_metadata(Some(&topics)).await {
                 Ok(_) => self.refresh_needed = false,
-                Err(e) if e.is_retriable() => return Ok(self.back_off()),
+                Err(e) if e.is_retriable() => {
+                    self.back_off();
+                    return Ok(());
+                }
                 Err(e) => return Err(e),
             }
         }

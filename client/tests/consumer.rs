@@ -1,0 +1,162 @@
+//! Consumer integration tests against a real broker process.
+
+mod common;
+
+use std::time::Duration;
+
+use borges_client::{
+    ClientConfig, Consumer, ConsumerConfig, Offset, OffsetReset, Producer, ProducerConfig,
+    ProducerRecord,
+};
+use common::*;
+
+async fn produce_timestamps(broker: &borges_testkit::BrokerProcess, topic: &str) {
+    let producer = Producer::new(config(broker), ProducerConfig::default())
+        .await
+        .unwrap();
+    // Ten records, 1000 ms apart, in several batches.
+    for i in 0..10i64 {
+        let ack = producer
+            .send(
+                ProducerRecord::new(topic)
+                    .value(format!("r{i}"))
+                    .partition(0)
+                    .timestamp(1_000_000 + i * 1_000),
+            )
+            .await
+            .unwrap();
+        if i % 3 == 0 {
+            ack.await.unwrap();
+        }
+    }
+    producer.close().await.unwrap();
+}
+
+async fn consumer(broker: &borges_testkit::BrokerProcess) -> Consumer {
+    Consumer::new(config(broker), ConsumerConfig::default())
+        .await
+        .unwrap()
+}
+
+async fn poll_values(consumer: &mut Consumer, n: usize) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    for _ in 0..40 {
+        for r in consumer.poll(Duration::from_millis(250)).await.unwrap() {
+            out.push((r.offset, text(&r.value)));
+        }
+        if out.len() >= n {
+            break;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seek_by_timestamp_offset_beginning_and_end() {
+    let broker = broker();
+    create_topic(&broker, "times", 1).await;
+    produce_timestamps(&broker, "times").await;
+    let mut consumer = consumer(&broker).await;
+    let p0 = tp("times", 0);
+    consumer.assign(vec![p0.clone()]).await.unwrap();
+
+    consumer
+        .seek(&p0, Offset::Timestamp(1_004_500))
+        .await
+        .unwrap();
+    assert_eq!(consumer.position(&p0), Some(5));
+    let values = poll_values(&mut consumer, 5).await;
+    assert_eq!(values.first(), Some(&(5, "r5".to_string())));
+    assert_eq!(values.len(), 5);
+    assert_eq!(consumer.position(&p0), Some(10));
+
+    // Exactly on a record's timestamp: that record.
+    consumer
+        .seek(&p0, Offset::Timestamp(1_002_000))
+        .await
+        .unwrap();
+    assert_eq!(consumer.position(&p0), Some(2));
+    // After the last record: the end.
+    consumer
+        .seek(&p0, Offset::Timestamp(9_999_999))
+        .await
+        .unwrap();
+    assert_eq!(consumer.position(&p0), Some(10));
+
+    // Inside a batch: records before the position are skipped.
+    consumer.seek(&p0, Offset::At(7)).await.unwrap();
+    let values = poll_values(&mut consumer, 3).await;
+    assert_eq!(
+        values.iter().map(|v| v.0).collect::<Vec<_>>(),
+        vec![7, 8, 9]
+    );
+
+    consumer.seek(&p0, Offset::Beginning).await.unwrap();
+    assert_eq!(poll_values(&mut consumer, 10).await.len(), 10);
+    consumer.seek(&p0, Offset::End).await.unwrap();
+    assert_eq!(consumer.position(&p0), Some(10));
+    assert!(consumer
+        .poll(Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_consumer_sees_new_records_and_latest_reset_skips_old_ones() {
+    let broker = broker();
+    create_topic(&broker, "tail", 2).await;
+    let producer = Producer::new(config(&broker), ProducerConfig::default())
+        .await
+        .unwrap();
+    producer
+        .send(ProducerRecord::new("tail").value("old").partition(1))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mut consumer = consumer(&broker).await;
+    let partitions = consumer.partitions_for("tail").await.unwrap();
+    consumer.assign(partitions).await.unwrap();
+    // auto_offset_reset = Latest: nothing old.
+    assert!(consumer
+        .poll(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_empty());
+    producer
+        .send(ProducerRecord::new("tail").value("new").partition(1))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let values = poll_values(&mut consumer, 1).await;
+    assert_eq!(values, vec![(1, "new".to_string())]);
+    producer.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earliest_reset_reads_everything_and_group_mode_is_refused_clearly() {
+    let broker = broker();
+    create_topic(&broker, "reset", 1).await;
+    produce_timestamps(&broker, "reset").await;
+    let config = ConsumerConfig {
+        auto_offset_reset: OffsetReset::Earliest,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(common::config(&broker), config)
+        .await
+        .unwrap();
+    consumer.assign(vec![tp("reset", 0)]).await.unwrap();
+    assert_eq!(poll_values(&mut consumer, 10).await.len(), 10);
+
+    let group = ConsumerConfig {
+        group_id: Some("g".into()),
+        ..ConsumerConfig::default()
+    };
+    let err = Consumer::new(ClientConfig::new(&broker.bootstrap()), group)
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("consumer groups"), "{err}");
+}
