@@ -269,17 +269,24 @@ impl Inner {
         }
     }
 
-    /// Starts one metadata refresh in the background unless one is running.
+    /// Starts one metadata refresh in the background unless one is running. Refreshes are at
+    /// least `retry_backoff_ms` apart, so a partition that stays leaderless (a broker
+    /// restarting) does not make the producer hammer the cluster with Metadata requests.
     fn request_metadata_refresh(self: &Arc<Self>) {
         if self.refresh_running.swap(true, Ordering::AcqRel) {
             return;
         }
         let inner = self.clone();
         tokio::spawn(async move {
+            let since = inner.core.metadata().fetched_at.elapsed();
+            let gap = Duration::from_millis(inner.config.retry_backoff_ms);
+            if since < gap {
+                tokio::time::sleep(gap - since).await;
+            }
             let topics = inner.lock().topics();
             if let Err(e) = inner.core.refresh_metadata(Some(&topics)).await {
                 tracing::debug!(error = %e, "metadata refresh failed");
-                tokio::time::sleep(Duration::from_millis(inner.config.retry_backoff_ms)).await;
+                tokio::time::sleep(gap).await;
             }
             inner.refresh_running.store(false, Ordering::Release);
             inner.wake_sender.notify_one();
