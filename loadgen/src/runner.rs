@@ -228,8 +228,11 @@ fn run_on_topics(
         for s in &clients.producer_stats {
             s.measure_between(measure_from, publish_until);
         }
-        for s in &clients.consumer_stats {
-            s.measure_between(measure_from, end);
+        // End-to-end latency of a backlog read is the backlog's age, not a latency: not recorded.
+        if !backlog {
+            for s in &clients.consumer_stats {
+                s.measure_between(measure_from, end);
+            }
         }
         for ((p, topic), s) in producers.into_iter().zip(&clients.producer_stats) {
             let job = ProducerJob {
