@@ -227,6 +227,8 @@ pub struct PartitionLog {
     pub(crate) progress: Notify,
     /// Bumped when the high watermark or the log start moves (fetch long polls).
     pub(crate) changes: Notify,
+    /// Set by the flusher task when it exits.
+    pub(crate) flusher_exited: Rc<std::cell::Cell<bool>>,
 }
 
 impl PartitionLog {
@@ -525,13 +527,16 @@ impl PartitionLog {
     /// as a process crash would (no trim, no checkpoint, no marker). Reopen the directory to
     /// run recovery.
     #[doc(hidden)]
-    pub fn crash_for_tests(&self) {
+    pub async fn crash_for_tests(&self) {
         {
             let mut st = self.state.borrow_mut();
             st.flusher_stopped = true;
             st.gate = Gate::Closed;
         }
         self.work.notify_all();
+        while !self.flusher_exited.get() {
+            borges_runtime::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         self.release_memory();
     }
 

@@ -549,6 +549,7 @@ async fn start_log(
         work: Rc::new(Notify::default()),
         progress: Notify::default(),
         changes: Notify::default(),
+        flusher_exited: Rc::new(std::cell::Cell::new(false)),
     });
     log.checkpoint(&mut writer).await?;
     if clean_marker {

@@ -326,7 +326,12 @@ enum Step {
 pub(crate) fn spawn_flusher(log: &Rc<PartitionLog>, writer: Writer) {
     let weak = Rc::downgrade(log);
     let work = log.work.clone();
-    borges_runtime::task::spawn(run_flusher(weak, work, writer)).detach();
+    let exited = log.flusher_exited.clone();
+    borges_runtime::task::spawn(async move {
+        run_flusher(weak, work, writer).await;
+        exited.set(true);
+    })
+    .detach();
 }
 
 async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, mut writer: Writer) {
@@ -340,7 +345,8 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, mut writer: Wri
         match step {
             Step::Worked => borges_runtime::task::yield_now().await,
             Step::Stop => {
-                if let Err(e) = writer.close().await {
+                let closed = writer.close().await;
+                if let Err(e) = closed {
                     tracing::warn!("closing segment files: {e}");
                 }
                 return;
