@@ -118,7 +118,8 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
         closed: std::cell::Cell::new(false),
     });
     let writer = task::spawn(write_loop(core.clone(), writer_stream, in_flight.clone()));
-    if let Err(reason) = read_loop(&core, stream, &in_flight).await {
+    let peer_host: Rc<str> = Rc::from(peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h));
+    if let Err(reason) = read_loop(&core, stream, &in_flight, &peer_host).await {
         tracing::debug!(%peer, "closing connection: {reason}");
     }
     in_flight.close();
@@ -157,6 +158,7 @@ async fn read_loop(
     core: &Rc<Core>,
     mut stream: TcpStream,
     in_flight: &InFlight,
+    peer: &Rc<str>,
 ) -> Result<(), String> {
     let limits = &core.config.limits;
     let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
@@ -173,7 +175,7 @@ async fn read_loop(
                     Some(p) => p,
                     None => acquire(core, frame_size(&frame)).await?,
                 };
-                let task = crate::dispatch::request(core, frame, permit).await;
+                let task = crate::dispatch::request(core, frame, permit, peer).await;
                 in_flight.push(task).await;
                 continue;
             }

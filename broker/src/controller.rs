@@ -17,7 +17,7 @@ use futures_channel::oneshot;
 use crate::core::Core;
 use crate::metadata::{
     check_topic_name, MetadataChange, MetadataImage, MetadataStore, PartitionRecord, TopicRecord,
-    Uuid,
+    Uuid, CONSUMER_OFFSETS_TOPIC,
 };
 use crate::router::{CoreMessage, Failure};
 use crate::topic_config;
@@ -142,7 +142,42 @@ pub async fn load(core: &Rc<Core>) -> Result<(), String> {
         "metadata loaded"
     );
     *controller(core).store.borrow_mut() = Some(store);
+    let image = if image.topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
+        image
+    } else {
+        commit(
+            core,
+            MetadataChange::CreateTopic(offsets_topic(core, &image)),
+        )
+        .await
+        .map_err(|f| f.message.unwrap_or_default())?
+    };
     broadcast(core, image).await
+}
+
+/// The internal topic that stores committed offsets.
+fn offsets_topic(core: &Core, image: &MetadataImage) -> TopicRecord {
+    let partitions = core.config.groups.offsets_topic_partitions as usize;
+    let mut configs = BTreeMap::new();
+    // Kept until compaction exists: every commit is a record and none may be lost.
+    configs.insert("retention.ms".to_string(), "-1".to_string());
+    configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
+    configs.insert("durability".to_string(), "fsync".to_string());
+    TopicRecord {
+        name: CONSUMER_OFFSETS_TOPIC.to_string(),
+        id: Uuid::random(),
+        internal: true,
+        configs,
+        partitions: image
+            .place(partitions)
+            .into_iter()
+            .map(|core| PartitionRecord {
+                core,
+                leader_epoch: 0,
+                replicas: vec![0],
+            })
+            .collect(),
+    }
 }
 
 /// Pushes an image to every core (this one included) and waits for all of them.

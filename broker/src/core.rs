@@ -70,6 +70,8 @@ pub struct Core {
     pub controller: Option<Controller>,
     /// Resolved once this core finished shutting down.
     pub stopped: Notify,
+    /// The consumer groups this core coordinates.
+    pub groups: crate::groups::coordinator::Coordinator,
 }
 
 impl Core {
@@ -105,6 +107,7 @@ impl Core {
             listeners: RefCell::new(Vec::new()),
             controller: (id == 0).then(Controller::new),
             stopped: Notify::default(),
+            groups: crate::groups::coordinator::Coordinator::new(&config.groups),
             config,
         })
     }
@@ -209,7 +212,7 @@ impl Core {
                 t.await?;
             }
         }
-        Ok(())
+        crate::groups::coordinator::load(self).await
     }
 
     fn has_log(&self, topic: &str, id: Uuid, partition: usize) -> bool {

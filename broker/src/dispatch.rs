@@ -16,7 +16,12 @@ use crate::wire;
 
 /// Dispatches one request. Runs the ordered phase now and returns the completion task. The
 /// frame's memory permit is released when the task finishes.
-pub async fn request(core: &Rc<Core>, frame: Frame, permit: StaticPermit) -> ResponseTask {
+pub async fn request(
+    core: &Rc<Core>,
+    frame: Frame,
+    permit: StaticPermit,
+    peer: &Rc<str>,
+) -> ResponseTask {
     let header = frame.header;
     let started = borges_runtime::time::Instant::now();
     let api = ApiKey::from_u16(header.api_key);
@@ -58,7 +63,7 @@ pub async fn request(core: &Rc<Core>, frame: Frame, permit: StaticPermit) -> Res
     }
     let api = api.unwrap_or(ApiKey::ApiVersions);
     core.metrics.count_request(header.api_key, false);
-    let pending = handlers::handle(core, api, frame).await;
+    let pending = handlers::handle(core, api, frame, peer).await;
     let core = core.clone();
     task::spawn(async move {
         let response = pending.await;
@@ -106,6 +111,13 @@ pub async fn execute(core: &Rc<Core>, msg: CoreMessage) {
             let core = core.clone();
             task::spawn(async move {
                 let _ = reply.send(handlers::offsets::list_local(&core, &items).await);
+            })
+            .detach();
+        }
+        CoreMessage::Group { request, reply } => {
+            let core = core.clone();
+            task::spawn(async move {
+                let _ = reply.send(crate::groups::coordinator::execute(&core, request).await);
             })
             .detach();
         }

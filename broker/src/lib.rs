@@ -14,6 +14,7 @@ mod controller;
 mod core;
 mod dispatch;
 mod error;
+mod groups;
 mod handlers;
 mod logging;
 pub mod metadata;

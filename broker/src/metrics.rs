@@ -61,6 +61,8 @@ pub struct MetricsSnapshot {
     pub gauges: Vec<(&'static str, u64)>,
     /// Per-partition figures of the partitions this core owns.
     pub partitions: Vec<PartitionStats>,
+    /// Committed offsets of the groups this core coordinates: (group, topic, partition, offset).
+    pub group_offsets: Vec<(String, String, i32, i64)>,
 }
 
 /// Figures of one partition.
@@ -215,6 +217,7 @@ impl CoreMetrics {
             counters,
             gauges,
             partitions,
+            group_offsets: core.groups.committed(),
         }
     }
 }
@@ -264,7 +267,38 @@ pub fn render(snapshots: &[MetricsSnapshot]) -> String {
         }
     }
     render_partitions(&mut out, snapshots);
+    render_lag(&mut out, snapshots);
     out
+}
+
+/// Committed offsets and lag (high watermark - committed) per group and partition.
+fn render_lag(out: &mut String, snapshots: &[MetricsSnapshot]) {
+    let hw: std::collections::HashMap<(&str, u32), i64> = snapshots
+        .iter()
+        .flat_map(|s| s.partitions.iter())
+        .map(|p| ((p.topic.as_str(), p.partition), p.high_watermark))
+        .collect();
+    let _ = writeln!(out, "# TYPE borges_consumer_group_committed_offset gauge");
+    for s in snapshots {
+        for (g, t, p, offset) in &s.group_offsets {
+            let _ = writeln!(
+                out,
+                "borges_consumer_group_committed_offset{{group=\"{g}\",topic=\"{t}\",partition=\"{p}\"}} {offset}"
+            );
+        }
+    }
+    let _ = writeln!(out, "# TYPE borges_consumer_group_lag gauge");
+    for s in snapshots {
+        for (g, t, p, offset) in &s.group_offsets {
+            if let Some(h) = hw.get(&(t.as_str(), *p as u32)) {
+                let _ = writeln!(
+                    out,
+                    "borges_consumer_group_lag{{group=\"{g}\",topic=\"{t}\",partition=\"{p}\"}} {}",
+                    (h - offset).max(0)
+                );
+            }
+        }
+    }
 }
 
 fn render_latency(out: &mut String, snapshots: &[MetricsSnapshot]) {

@@ -207,6 +207,13 @@ pub enum CoreMessage {
         /// One outcome per item, in order.
         reply: oneshot::Sender<Vec<ListOffsetsOutcome>>,
     },
+    /// A consumer-group request for the group's coordinator core.
+    Group {
+        /// The request.
+        request: crate::groups::coordinator::GroupRequest,
+        /// The answer.
+        reply: oneshot::Sender<crate::groups::coordinator::GroupResponse>,
+    },
     /// Administrative change for the controller core (core 0).
     Controller(ControllerRequest),
     /// A new metadata image: open, close or reconfigure the partitions this core owns.

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod fetch;
+pub mod groups;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
@@ -37,11 +38,18 @@ pub fn served(api: ApiKey) -> bool {
             | ApiKey::Fetch
             | ApiKey::ListOffsets
             | ApiKey::CreatePartitions
+            | ApiKey::FindCoordinator
+            | ApiKey::ConsumerGroupHeartbeat
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
     )
 }
 
 /// Runs the ordered phase of a request and returns its completion.
-pub async fn handle(core: &Rc<Core>, api: ApiKey, frame: Frame) -> Completion {
+pub async fn handle(core: &Rc<Core>, api: ApiKey, frame: Frame, peer: &Rc<str>) -> Completion {
     match api {
         ApiKey::Produce => produce::handle(core, frame).await,
         ApiKey::Fetch => Box::pin(fetch::handle(core.clone(), frame)),
@@ -53,6 +61,13 @@ pub async fn handle(core: &Rc<Core>, api: ApiKey, frame: Frame) -> Completion {
         | ApiKey::DeleteTopics
         | ApiKey::AlterConfigs
         | ApiKey::CreatePartitions => Box::pin(admin::controller_request(core.clone(), api, frame)),
-        _ => Box::pin(async { None }),
+        ApiKey::FindCoordinator
+        | ApiKey::ConsumerGroupHeartbeat
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch
+        | ApiKey::ListGroups
+        | ApiKey::DescribeGroups
+        | ApiKey::DeleteGroups => Box::pin(groups::handle(core.clone(), api, frame, peer.clone())),
+        ApiKey::OffsetForLeaderEpoch => Box::pin(async { None }),
     }
 }

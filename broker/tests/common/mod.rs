@@ -430,3 +430,254 @@ pub fn decode(bytes: &Bytes, from: i64) -> Vec<Record> {
 pub fn value(r: &Record) -> String {
     String::from_utf8(r.value.as_ref().unwrap().to_vec()).unwrap()
 }
+
+/// Partitions by topic, as group APIs carry them.
+pub type Assignment = std::collections::BTreeMap<String, Vec<i32>>;
+
+/// A heartbeat answer: (error, member id, member epoch, assignment).
+pub type Beat = (ErrorCode, String, i32, Assignment);
+
+fn topic_partitions<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    a: &Assignment,
+) -> flatbuffers::WIPOffset<
+    flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<wire::TopicPartitions<'a>>>,
+> {
+    let items: Vec<_> = a
+        .iter()
+        .map(|(t, ps)| {
+            let ps = fbb.create_vector(ps);
+            let t = fbb.create_string(t);
+            wire::TopicPartitions::create(
+                fbb,
+                &wire::TopicPartitionsArgs {
+                    topic: Some(t),
+                    partitions: Some(ps),
+                },
+            )
+        })
+        .collect();
+    fbb.create_vector(&items)
+}
+
+impl RawClient {
+    pub fn heartbeat(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        epoch: i32,
+        topics: Option<&[&str]>,
+        owned: &Assignment,
+    ) -> Beat {
+        let mut fbb = FlatBufferBuilder::new();
+        let g = fbb.create_string(group);
+        let m = fbb.create_string(member_id);
+        let c = fbb.create_string("raw-test");
+        let topics = topics.map(|ts| {
+            let v: Vec<_> = ts.iter().map(|t| fbb.create_string(t)).collect();
+            fbb.create_vector(&v)
+        });
+        let owned = topic_partitions(&mut fbb, owned);
+        let root = wire::ConsumerGroupHeartbeatRequest::create(
+            &mut fbb,
+            &wire::ConsumerGroupHeartbeatRequestArgs {
+                group_id: Some(g),
+                member_id: Some(m),
+                member_epoch: epoch,
+                client_id: Some(c),
+                session_timeout_ms: 2_000,
+                subscribed_topic_names: topics,
+                owned_partitions: Some(owned),
+                ..Default::default()
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::ConsumerGroupHeartbeat, &fbb, &[]);
+        let r = flatbuffers::root::<wire::ConsumerGroupHeartbeatResponse>(&reply.message).unwrap();
+        let mut a = Assignment::new();
+        for tp in r.assignment().iter().flatten() {
+            a.insert(
+                tp.topic().to_string(),
+                tp.partitions().unwrap().iter().collect(),
+            );
+        }
+        (
+            ErrorCode::from_u16(r.error_code()),
+            r.member_id().unwrap_or_default().to_string(),
+            r.member_epoch(),
+            a,
+        )
+    }
+
+    /// Joins and heartbeats until the member owns a stable assignment (acknowledging what it is
+    /// given each time).
+    pub fn join(&mut self, group: &str, topics: &[&str]) -> Beat {
+        let (code, id, epoch, a) = self.heartbeat(group, "", 0, Some(topics), &Assignment::new());
+        assert_eq!(code, ErrorCode::None);
+        self.heartbeat(group, &id, epoch, None, &a)
+    }
+
+    pub fn commit(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        epoch: i32,
+        offsets: &[(&str, i32, i64)],
+    ) -> Vec<ErrorCode> {
+        let mut fbb = FlatBufferBuilder::new();
+        let mut topics = Vec::new();
+        for (t, p, o) in offsets {
+            let part = wire::OffsetCommitPartition::create(
+                &mut fbb,
+                &wire::OffsetCommitPartitionArgs {
+                    partition: *p,
+                    committed_offset: *o,
+                    committed_leader_epoch: -1,
+                    committed_metadata: None,
+                },
+            );
+            let parts = fbb.create_vector(&[part]);
+            let n = fbb.create_string(t);
+            topics.push(wire::OffsetCommitTopic::create(
+                &mut fbb,
+                &wire::OffsetCommitTopicArgs {
+                    name: Some(n),
+                    partitions: Some(parts),
+                },
+            ));
+        }
+        let topics = fbb.create_vector(&topics);
+        let g = fbb.create_string(group);
+        let m = fbb.create_string(member_id);
+        let root = wire::OffsetCommitRequest::create(
+            &mut fbb,
+            &wire::OffsetCommitRequestArgs {
+                group_id: Some(g),
+                member_id: Some(m),
+                member_epoch: epoch,
+                topics: Some(topics),
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::OffsetCommit, &fbb, &[]);
+        let r = flatbuffers::root::<wire::OffsetCommitResponse>(&reply.message).unwrap();
+        assert_eq!(r.error_code(), 0, "{:?}", r.error_message());
+        r.topics()
+            .unwrap()
+            .iter()
+            .flat_map(|t| {
+                t.partitions()
+                    .unwrap()
+                    .iter()
+                    .map(|p| ErrorCode::from_u16(p.error_code()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Every committed offset of a group: (topic, partition, offset).
+    pub fn committed(&mut self, group: &str) -> Vec<(String, i32, i64)> {
+        let mut fbb = FlatBufferBuilder::new();
+        let g = fbb.create_string(group);
+        let root = wire::OffsetFetchRequest::create(
+            &mut fbb,
+            &wire::OffsetFetchRequestArgs {
+                group_id: Some(g),
+                member_epoch: -1,
+                ..Default::default()
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::OffsetFetch, &fbb, &[]);
+        let r = flatbuffers::root::<wire::OffsetFetchResponse>(&reply.message).unwrap();
+        assert_eq!(r.error_code(), 0, "{:?}", r.error_message());
+        let mut out = Vec::new();
+        for t in r.topics().iter().flatten() {
+            for p in t.partitions().iter().flatten() {
+                out.push((t.name().to_string(), p.partition(), p.committed_offset()));
+            }
+        }
+        out
+    }
+
+    /// (group, state) of every group.
+    pub fn list_groups(&mut self) -> Vec<(String, String)> {
+        let mut fbb = FlatBufferBuilder::new();
+        let root = wire::ListGroupsRequest::create(
+            &mut fbb,
+            &wire::ListGroupsRequestArgs {
+                states_filter: None,
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::ListGroups, &fbb, &[]);
+        let r = flatbuffers::root::<wire::ListGroupsResponse>(&reply.message).unwrap();
+        r.groups()
+            .iter()
+            .flatten()
+            .map(|g| {
+                (
+                    g.group_id().to_string(),
+                    g.group_state().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// (error, state, member count) of a group.
+    pub fn describe_group(&mut self, group: &str) -> (ErrorCode, String, usize) {
+        let mut fbb = FlatBufferBuilder::new();
+        let g = fbb.create_string(group);
+        let ids = fbb.create_vector(&[g]);
+        let root = wire::DescribeGroupsRequest::create(
+            &mut fbb,
+            &wire::DescribeGroupsRequestArgs {
+                group_ids: Some(ids),
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::DescribeGroups, &fbb, &[]);
+        let r = flatbuffers::root::<wire::DescribeGroupsResponse>(&reply.message).unwrap();
+        let d = r.groups().unwrap().get(0);
+        (
+            ErrorCode::from_u16(d.error_code()),
+            d.group_state().unwrap_or_default().to_string(),
+            d.members().map_or(0, |m| m.len()),
+        )
+    }
+
+    pub fn delete_group(&mut self, group: &str) -> ErrorCode {
+        let mut fbb = FlatBufferBuilder::new();
+        let g = fbb.create_string(group);
+        let ids = fbb.create_vector(&[g]);
+        let root = wire::DeleteGroupsRequest::create(
+            &mut fbb,
+            &wire::DeleteGroupsRequestArgs {
+                group_ids: Some(ids),
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::DeleteGroups, &fbb, &[]);
+        let r = flatbuffers::root::<wire::DeleteGroupsResponse>(&reply.message).unwrap();
+        ErrorCode::from_u16(r.results().unwrap().get(0).error_code())
+    }
+
+    /// (error, port, core) of a group's coordinator.
+    pub fn find_coordinator(&mut self, group: &str) -> (ErrorCode, u16, u16) {
+        let mut fbb = FlatBufferBuilder::new();
+        let g = fbb.create_string(group);
+        let keys = fbb.create_vector(&[g]);
+        let root = wire::FindCoordinatorRequest::create(
+            &mut fbb,
+            &wire::FindCoordinatorRequestArgs {
+                keys: Some(keys),
+                ..Default::default()
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::FindCoordinator, &fbb, &[]);
+        let r = flatbuffers::root::<wire::FindCoordinatorResponse>(&reply.message).unwrap();
+        let c = r.coordinators().unwrap().get(0);
+        (ErrorCode::from_u16(c.error_code()), c.port(), c.core_id())
+    }
+}

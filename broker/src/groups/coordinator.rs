@@ -1,0 +1,604 @@
+//! The group coordinator of one core: the groups whose `__consumer_offsets` partition this core
+//! owns. It replays those partitions at start-up, appends every commit to them (acknowledged
+//! once durable), and expires members whose sessions lapse.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use borges_protocol::batch::{BatchBuilder, BatchOptions, RecordBatch};
+use borges_protocol::partitioner::partition_for_key;
+use borges_protocol::ErrorCode;
+use borges_runtime::{task, time};
+use borges_storage::{AckLevel, ReadBound};
+use bytes::BytesMut;
+
+use super::assignor::Assignment;
+use super::records::{OffsetKey, OffsetValue};
+use super::state::{Committed, Group, GroupLimits, Heartbeat, HeartbeatReply};
+use crate::core::Core;
+use crate::metadata::{MetadataImage, CONSUMER_OFFSETS_TOPIC};
+use crate::router::{Failure, PartitionRef};
+
+/// Longest group id accepted.
+pub const GROUP_ID_BYTES_MAX: usize = 255;
+/// How often sessions are checked.
+const SWEEP_INTERVAL_MS: u64 = 100;
+/// Bytes read at once while replaying an offsets partition.
+const REPLAY_READ_BYTES: u64 = 1 << 20;
+
+/// One partition offset to commit.
+#[derive(Debug, Clone)]
+pub struct CommitItem {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Next offset to consume.
+    pub offset: i64,
+    /// Leader epoch, or -1.
+    pub leader_epoch: i32,
+    /// Client metadata.
+    pub metadata: Option<String>,
+}
+
+/// A member as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub struct MemberView {
+    /// Member id.
+    pub member_id: String,
+    /// Static id.
+    pub instance_id: Option<String>,
+    /// Rack.
+    pub rack_id: Option<String>,
+    /// Epoch.
+    pub member_epoch: i32,
+    /// Client id.
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// Subscription.
+    pub topics: Vec<String>,
+    /// What it owns (or is being given).
+    pub assignment: Assignment,
+    /// Its target.
+    pub target: Assignment,
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub struct GroupView {
+    /// Group id.
+    pub group_id: String,
+    /// State name.
+    pub state: String,
+    /// Group epoch.
+    pub epoch: i32,
+    /// Assignment epoch.
+    pub assignment_epoch: i32,
+    /// Members.
+    pub members: Vec<MemberView>,
+}
+
+/// Requests a coordinator executes.
+#[derive(Debug, Clone)]
+pub enum GroupRequest {
+    /// Join, heartbeat or leave.
+    Heartbeat {
+        /// Group id.
+        group: String,
+        /// The heartbeat.
+        heartbeat: Heartbeat,
+    },
+    /// Commit offsets.
+    Commit {
+        /// Group id.
+        group: String,
+        /// Member id (empty for administrative commits).
+        member_id: String,
+        /// Member epoch (-1 for administrative commits).
+        member_epoch: i32,
+        /// Offsets.
+        items: Vec<CommitItem>,
+    },
+    /// Read committed offsets; `None` for every committed partition.
+    Fetch {
+        /// Group id.
+        group: String,
+        /// (topic, partitions) wanted.
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
+    /// Describe one group.
+    Describe {
+        /// Group id.
+        group: String,
+    },
+    /// Every group of this core.
+    List,
+    /// Delete a group without members.
+    Delete {
+        /// Group id.
+        group: String,
+    },
+}
+
+/// Answers of a coordinator.
+#[derive(Debug)]
+pub enum GroupResponse {
+    /// To a heartbeat.
+    Heartbeat(Result<HeartbeatReply, Failure>),
+    /// To a commit: per item.
+    Commit(Result<Vec<Option<Failure>>, Failure>),
+    /// To a fetch: (topic, partition, committed).
+    Fetch(Result<Vec<(String, i32, Option<Committed>)>, Failure>),
+    /// To a describe.
+    Describe(Result<GroupView, Failure>),
+    /// To a list: (group, state).
+    List(Vec<(String, String)>),
+    /// To a delete.
+    Delete(Result<(), Failure>),
+}
+
+/// The coordinator state of one core. Lives on one core.
+pub struct Coordinator {
+    groups: RefCell<HashMap<String, Group>>,
+    /// Offsets partitions of this core that are replayed and serving.
+    loaded: RefCell<BTreeSet<u32>>,
+    limits: GroupLimits,
+    offset_metadata_bytes_max: usize,
+    sweeping: Cell<bool>,
+}
+
+/// The `__consumer_offsets` partition of a group.
+pub fn offsets_partition(group: &str, partitions: usize) -> u32 {
+    partition_for_key(group.as_bytes(), partitions.max(1) as u32)
+}
+
+/// The coordinator core of a group, from a metadata image.
+pub fn coordinator_core(image: &MetadataImage, group: &str) -> Result<(usize, u32), Failure> {
+    let topic = image.topics.get(CONSUMER_OFFSETS_TOPIC).ok_or_else(|| {
+        Failure::new(
+            ErrorCode::CoordinatorNotAvailable,
+            "the offsets topic does not exist yet",
+        )
+    })?;
+    let p = offsets_partition(group, topic.partitions.len());
+    let core = topic
+        .partitions
+        .get(p as usize)
+        .map(|r| usize::from(r.core))
+        .ok_or_else(|| Failure::new(ErrorCode::CoordinatorNotAvailable, "no offsets partition"))?;
+    Ok((core, p))
+}
+
+/// Checks a group id.
+pub fn check_group_id(group: &str) -> Result<(), Failure> {
+    if group.is_empty() || group.len() > GROUP_ID_BYTES_MAX {
+        return Err(Failure::new(
+            ErrorCode::InvalidGroupId,
+            format!("group id must be 1..={GROUP_ID_BYTES_MAX} bytes long"),
+        ));
+    }
+    Ok(())
+}
+
+impl Coordinator {
+    /// A coordinator with no groups.
+    pub fn new(config: &crate::config::GroupSettings) -> Coordinator {
+        Coordinator {
+            groups: RefCell::new(HashMap::new()),
+            loaded: RefCell::new(BTreeSet::new()),
+            limits: GroupLimits {
+                session_timeout_ms: config.session_timeout_ms,
+                session_timeout_ms_min: config.session_timeout_ms_min,
+                session_timeout_ms_max: config.session_timeout_ms_max,
+                heartbeat_interval_ms: config.heartbeat_interval_ms,
+                members_max: config.group_members_max,
+            },
+            offset_metadata_bytes_max: config.offset_metadata_bytes_max as usize,
+            sweeping: Cell::new(false),
+        }
+    }
+
+    /// Committed offsets of every group here: (group, topic, partition, offset).
+    pub fn committed(&self) -> Vec<(String, String, i32, i64)> {
+        let groups = self.groups.borrow();
+        let mut out = Vec::new();
+        for g in groups.values() {
+            for ((t, p), c) in &g.offsets {
+                out.push((g.id.clone(), t.clone(), *p, c.offset));
+            }
+        }
+        out
+    }
+}
+
+fn coordinator(core: &Core) -> &Coordinator {
+    &core.groups
+}
+
+/// Replays the offsets partitions this core owns and has not loaded yet; starts the session
+/// sweeper once. Called after every metadata change on this core.
+pub async fn load(core: &Rc<Core>) -> Result<(), String> {
+    let image = core.metadata.borrow().clone();
+    let Some(topic) = image.topics.get(CONSUMER_OFFSETS_TOPIC) else {
+        return Ok(());
+    };
+    for (p, rec) in topic.partitions.iter().enumerate() {
+        if usize::from(rec.core) != core.id
+            || coordinator(core).loaded.borrow().contains(&(p as u32))
+        {
+            continue;
+        }
+        let records = replay(core, p as u32).await?;
+        coordinator(core).loaded.borrow_mut().insert(p as u32);
+        tracing::info!(
+            core = core.id,
+            partition = p,
+            records,
+            "offsets partition loaded"
+        );
+    }
+    if !coordinator(core).sweeping.replace(true) {
+        task::spawn(sweep(core.clone())).detach();
+    }
+    Ok(())
+}
+
+async fn replay(core: &Rc<Core>, partition: u32) -> Result<usize, String> {
+    let pref = offsets_ref(partition);
+    let log = core.log(&pref).map_err(|f| f.message.unwrap_or_default())?;
+    let mut offset = log.offsets().log_start_offset;
+    let mut applied = 0;
+    loop {
+        let hw = log.offsets().high_watermark;
+        if offset >= hw {
+            return Ok(applied);
+        }
+        let (bytes, _) = log
+            .read_bytes(offset, REPLAY_READ_BYTES, ReadBound::HighWatermark)
+            .await
+            .map_err(|e| format!("replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: {e}"))?;
+        let batches = RecordBatch::parse_many(&bytes)
+            .map_err(|e| format!("replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: {e}"))?;
+        if batches.is_empty() {
+            return Err(format!(
+                "replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: no batch at offset {offset}"
+            ));
+        }
+        for batch in batches {
+            for record in batch
+                .records(64 << 20)
+                .map_err(|e| format!("replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: {e}"))?
+            {
+                offset = record.offset + 1;
+                let Some(key) = record.key.as_deref().and_then(OffsetKey::decode) else {
+                    continue;
+                };
+                apply(
+                    core,
+                    key,
+                    record.value.as_deref().and_then(OffsetValue::decode),
+                );
+                applied += 1;
+            }
+            offset = offset.max(batch.last_offset() + 1);
+        }
+    }
+}
+
+fn apply(core: &Core, key: OffsetKey, value: Option<OffsetValue>) {
+    let mut groups = coordinator(core).groups.borrow_mut();
+    match value {
+        Some(v) => {
+            groups
+                .entry(key.group.clone())
+                .or_insert_with(|| Group::new(&key.group))
+                .offsets
+                .insert(
+                    (key.topic, key.partition),
+                    Committed {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata,
+                        commit_timestamp_ms: v.commit_timestamp_ms,
+                    },
+                );
+        }
+        None => {
+            if let Some(g) = groups.get_mut(&key.group) {
+                g.offsets.remove(&(key.topic, key.partition));
+                if g.is_disposable() {
+                    groups.remove(&key.group);
+                }
+            }
+        }
+    }
+}
+
+fn offsets_ref(partition: u32) -> PartitionRef {
+    PartitionRef {
+        topic: CONSUMER_OFFSETS_TOPIC.into(),
+        partition,
+    }
+}
+
+async fn sweep(core: Rc<Core>) {
+    loop {
+        time::sleep(Duration::from_millis(SWEEP_INTERVAL_MS)).await;
+        if core.shutting_down.get() {
+            return;
+        }
+        let now = Instant::now();
+        let mut groups = coordinator(&core).groups.borrow_mut();
+        for g in groups.values_mut() {
+            for id in g.expire(now) {
+                tracing::info!(group = %g.id, member = %id, "member expired; reassigning its partitions");
+            }
+        }
+        groups.retain(|_, g| !g.is_disposable());
+    }
+}
+
+fn check_loaded(core: &Core, group: &str) -> Result<u32, Failure> {
+    let image = core.metadata.borrow().clone();
+    let (owner, p) = coordinator_core(&image, group)?;
+    if owner != core.id {
+        return Err(Failure::new(
+            ErrorCode::NotCoordinator,
+            format!("core {} does not coordinate group {group}", core.id),
+        ));
+    }
+    if !coordinator(core).loaded.borrow().contains(&p) {
+        return Err(Failure::new(
+            ErrorCode::CoordinatorLoadInProgress,
+            "the coordinator is still replaying the offsets topic",
+        ));
+    }
+    Ok(p)
+}
+
+/// Executes a group request on this (the coordinator) core.
+pub async fn execute(core: &Rc<Core>, request: GroupRequest) -> GroupResponse {
+    match request {
+        GroupRequest::Heartbeat { group, heartbeat } => {
+            GroupResponse::Heartbeat(heartbeat_one(core, &group, heartbeat))
+        }
+        GroupRequest::Commit {
+            group,
+            member_id,
+            member_epoch,
+            items,
+        } => GroupResponse::Commit(commit(core, &group, &member_id, member_epoch, items).await),
+        GroupRequest::Fetch { group, topics } => GroupResponse::Fetch(fetch(core, &group, topics)),
+        GroupRequest::Describe { group } => GroupResponse::Describe(describe(core, &group)),
+        GroupRequest::List => GroupResponse::List(
+            coordinator(core)
+                .groups
+                .borrow()
+                .values()
+                .map(|g| (g.id.clone(), g.state().to_string()))
+                .collect(),
+        ),
+        GroupRequest::Delete { group } => GroupResponse::Delete(delete(core, &group).await),
+    }
+}
+
+fn heartbeat_one(
+    core: &Core,
+    group: &str,
+    heartbeat: Heartbeat,
+) -> Result<HeartbeatReply, Failure> {
+    check_group_id(group)?;
+    check_loaded(core, group)?;
+    let image = core.metadata.borrow().clone();
+    let partitions_of = |t: &str| image.topics.get(t).map(|t| t.partitions.len());
+    let mut groups = coordinator(core).groups.borrow_mut();
+    if heartbeat.member_epoch != 0 && !groups.contains_key(group) {
+        return Err(Failure::new(
+            ErrorCode::UnknownMemberId,
+            format!(
+                "group {group} has no member {}; rejoin with epoch 0",
+                heartbeat.member_id
+            ),
+        ));
+    }
+    let g = groups
+        .entry(group.to_string())
+        .or_insert_with(|| Group::new(group));
+    let reply = g.heartbeat(
+        heartbeat,
+        &coordinator(core).limits,
+        &partitions_of,
+        Instant::now(),
+    );
+    if g.is_disposable() {
+        groups.remove(group);
+    }
+    reply
+}
+
+async fn commit(
+    core: &Rc<Core>,
+    group: &str,
+    member_id: &str,
+    member_epoch: i32,
+    items: Vec<CommitItem>,
+) -> Result<Vec<Option<Failure>>, Failure> {
+    check_group_id(group)?;
+    let partition = check_loaded(core, group)?;
+    {
+        let groups = coordinator(core).groups.borrow();
+        match groups.get(group) {
+            Some(g) => g.check_commit(member_id, member_epoch)?,
+            None if member_id.is_empty() => {}
+            None => {
+                return Err(Failure::new(
+                    ErrorCode::UnknownMemberId,
+                    format!("group {group} has no member {member_id}"),
+                ))
+            }
+        }
+    }
+    let now = time::now_ms();
+    let max = coordinator(core).offset_metadata_bytes_max;
+    let mut results: Vec<Option<Failure>> = Vec::with_capacity(items.len());
+    let mut builder = BatchBuilder::new(BatchOptions::default(), 64 * items.len());
+    let mut accepted = Vec::new();
+    for item in items {
+        let metadata = item.metadata.clone().unwrap_or_default();
+        if metadata.len() > max {
+            results.push(Some(Failure::new(
+                ErrorCode::OffsetMetadataTooLarge,
+                format!("metadata of {} bytes exceeds {max}", metadata.len()),
+            )));
+            continue;
+        }
+        if item.offset < 0 {
+            results.push(Some(Failure::new(
+                ErrorCode::InvalidRequest,
+                format!("committed offset {} is negative", item.offset),
+            )));
+            continue;
+        }
+        let key = OffsetKey {
+            group: group.to_string(),
+            topic: item.topic.clone(),
+            partition: item.partition,
+        };
+        let value = OffsetValue {
+            offset: item.offset,
+            leader_epoch: item.leader_epoch,
+            metadata,
+            commit_timestamp_ms: now,
+        };
+        builder.push(now, Some(&key.encode()), Some(&value.encode()), &[]);
+        results.push(None);
+        accepted.push((key, value));
+    }
+    if !accepted.is_empty() {
+        append(core, partition, builder).await?;
+        for (key, value) in accepted {
+            apply(core, key, Some(value));
+        }
+    }
+    Ok(results)
+}
+
+/// Appends a batch to an offsets partition and waits until it is durable.
+async fn append(core: &Rc<Core>, partition: u32, builder: BatchBuilder) -> Result<(), Failure> {
+    let bytes = builder
+        .build()
+        .map_err(|e| Failure::new(ErrorCode::UnknownServerError, e.to_string()))?;
+    let log = core.log(&offsets_ref(partition))?;
+    let storage = |e: borges_storage::StorageError| Failure::new(e.error_code(), e.to_string());
+    log.wait_writable(bytes.len() as u64).await;
+    let info = log
+        .append(vec![BytesMut::from(&bytes[..])], 0)
+        .map_err(storage)?;
+    log.wait_acked(info.last_offset, AckLevel::All)
+        .await
+        .map_err(storage)
+}
+
+fn fetch(
+    core: &Core,
+    group: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Vec<(String, i32, Option<Committed>)>, Failure> {
+    check_group_id(group)?;
+    check_loaded(core, group)?;
+    let groups = coordinator(core).groups.borrow();
+    let g = groups.get(group);
+    Ok(match topics {
+        None => g
+            .map(|g| {
+                g.offsets
+                    .iter()
+                    .map(|((t, p), c)| (t.clone(), *p, Some(c.clone())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        Some(topics) => topics
+            .into_iter()
+            .flat_map(|(t, ps)| {
+                ps.into_iter()
+                    .map(|p| {
+                        let c = g.and_then(|g| g.offsets.get(&(t.clone(), p)).cloned());
+                        (t.clone(), p, c)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    })
+}
+
+fn describe(core: &Core, group: &str) -> Result<GroupView, Failure> {
+    check_group_id(group)?;
+    check_loaded(core, group)?;
+    let groups = coordinator(core).groups.borrow();
+    let g = groups.get(group).ok_or_else(|| {
+        Failure::new(
+            ErrorCode::GroupIdNotFound,
+            format!("group {group} does not exist"),
+        )
+    })?;
+    Ok(GroupView {
+        group_id: g.id.clone(),
+        state: g.state().to_string(),
+        epoch: g.epoch,
+        assignment_epoch: g.assignment_epoch,
+        members: g
+            .members
+            .values()
+            .map(|m| MemberView {
+                member_id: m.id.clone(),
+                instance_id: m.instance_id.clone(),
+                rack_id: m.rack_id.clone(),
+                member_epoch: m.epoch,
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                topics: m.topics.iter().cloned().collect(),
+                assignment: m.owned.clone(),
+                target: g.target.get(&m.id).cloned().unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
+
+async fn delete(core: &Rc<Core>, group: &str) -> Result<(), Failure> {
+    check_group_id(group)?;
+    let partition = check_loaded(core, group)?;
+    let keys: Vec<(String, i32)> = {
+        let groups = coordinator(core).groups.borrow();
+        let g = groups.get(group).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::GroupIdNotFound,
+                format!("group {group} does not exist"),
+            )
+        })?;
+        if !g.members.is_empty() {
+            return Err(Failure::new(
+                ErrorCode::NonEmptyGroup,
+                format!("group {group} has {} active members", g.members.len()),
+            ));
+        }
+        g.offsets.keys().cloned().collect()
+    };
+    if !keys.is_empty() {
+        let now = time::now_ms();
+        let mut builder = BatchBuilder::new(BatchOptions::default(), 64 * keys.len());
+        for (topic, p) in &keys {
+            let key = OffsetKey {
+                group: group.to_string(),
+                topic: topic.clone(),
+                partition: *p,
+            };
+            builder.push(now, Some(&key.encode()), None, &[]);
+        }
+        append(core, partition, builder).await?;
+    }
+    coordinator(core).groups.borrow_mut().remove(group);
+    Ok(())
+}
