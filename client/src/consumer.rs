@@ -717,3 +717,52 @@ mod tests {
         assert_eq!(request.replica_id, -1);
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use borges_protocol::batch::{set_base_offset, BatchBuilder, BatchOptions};
+    use bytes::BytesMut;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// From any fetch offset inside a run of batches, exactly the records at or after it
+        /// come back, in order, and the next fetch starts after the last whole batch.
+        #[test]
+        fn decoding_from_any_offset_returns_exactly_the_records_after_it(
+            sizes in proptest::collection::vec(1usize..6, 1..8),
+            start in 0i64..40,
+            cut in 0usize..50,
+        ) {
+            let mut bytes = Vec::new();
+            let mut base = 0i64;
+            for n in &sizes {
+                let mut b = BatchBuilder::new(BatchOptions::default(), 64);
+                for i in 0..*n {
+                    b.push(base + i as i64, None, Some(format!("{}", base + i as i64).as_bytes()), &[]);
+                }
+                let mut batch = BytesMut::from(&b.build().unwrap()[..]);
+                set_base_offset(&mut batch, base);
+                bytes.extend_from_slice(&batch);
+                base += *n as i64;
+            }
+            let total = base;
+            // A fetch may end in the middle of a batch.
+            let kept = bytes.len() - cut.min(bytes.len() - 1);
+            let topic: Arc<str> = "t".into();
+            let decoded = decode_records(&topic, 0, &Bytes::from(bytes[..kept].to_vec()), start, 1 << 20).unwrap();
+            let offsets: Vec<i64> = decoded.records.iter().map(|r| r.offset).collect();
+            let whole_end = decoded.next_fetch_offset.max(start);
+            let expected: Vec<i64> = (start..whole_end.min(total)).collect();
+            prop_assert_eq!(&offsets, &expected);
+            for r in &decoded.records {
+                prop_assert_eq!(text(&r.value), r.offset.to_string());
+            }
+            prop_assert!(decoded.next_fetch_offset >= start);
+        }
+    }
+
+    fn text(b: &Option<Bytes>) -> String {
+        String::from_utf8_lossy(b.as_deref().unwrap_or_default()).into_owned()
+    }
+}

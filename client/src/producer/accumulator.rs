@@ -792,3 +792,97 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn record_strategy() -> impl Strategy<
+        Value = (
+            i64,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Vec<(String, Option<Vec<u8>>)>,
+        ),
+    > {
+        (
+            0i64..4_000_000_000_000,
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+            proptest::collection::vec(
+                (
+                    "[a-z]{1,5}",
+                    proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+                ),
+                0..3,
+            ),
+        )
+    }
+
+    proptest! {
+        /// Whatever is appended comes back, in order, from the built batches of each partition,
+        /// with the offset deltas the delivery futures report.
+        #[test]
+        fn appended_records_decode_from_the_built_batches(
+            records in proptest::collection::vec((0i32..3, record_strategy()), 1..60),
+            batch_size_bytes in 200usize..2000,
+            zstd in any::<bool>(),
+        ) {
+            let options = BatchOptions {
+                compression: if zstd { borges_protocol::batch::Compression::Zstd } else { borges_protocol::batch::Compression::None },
+                ..BatchOptions::default()
+            };
+            let config = AccumulatorConfig {
+                batch_size_bytes,
+                linger: Duration::from_millis(0),
+                options,
+                request_size_bytes_max: 1 << 20,
+                in_flight_requests_max: 100,
+                delivery_timeout: Duration::from_secs(60),
+            };
+            let mut acc = Accumulator::new(config, 1);
+            let topic: Arc<str> = "t".into();
+            let index = acc.topic(&topic);
+            let now = Instant::now();
+            let mut expected: Vec<Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)>> = vec![Vec::new(); 3];
+            let mut positions = Vec::new();
+            for (partition, (ts, key, value, headers)) in &records {
+                let headers: Vec<(String, Option<Bytes>)> = headers.iter().map(|(k, v)| (k.clone(), v.clone().map(Bytes::from))).collect();
+                let record = RecordRef { timestamp: *ts, key: key.as_deref(), value: value.as_deref(), headers: &headers };
+                let size = record_size_upper_bytes(&record);
+                let appended = acc.append(index, *partition, &record, size, || now);
+                positions.push((*partition, appended.completion.clone(), appended.index));
+                expected[*partition as usize].push((*ts, key.clone(), value.clone(), headers.len()));
+            }
+            acc.closing = true;
+            let drained = acc.drain(now, |_, p| Some(format!("core{p}")));
+            let mut decoded: Vec<Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)>> = vec![Vec::new(); 3];
+            let mut next_offset = [0i64; 3];
+            for (_, mut batches) in drained.requests {
+                for batch in &mut batches {
+                    batch.build().unwrap();
+                    let Payload::Built(bytes) = &batch.payload else { unreachable!() };
+                    let parsed = borges_protocol::batch::RecordBatch::parse(bytes.clone()).unwrap();
+                    prop_assert_eq!(parsed.records_count(), batch.records_count);
+                    let p = batch.partition as usize;
+                    batch.completion.complete(Ok(BatchAck { base_offset: next_offset[p], log_append_time_ms: -1 }));
+                    next_offset[p] += i64::from(batch.records_count);
+                    for r in parsed.records(1 << 20).unwrap() {
+                        decoded[p].push((r.timestamp, r.key.map(|b| b.to_vec()), r.value.map(|b| b.to_vec()), r.headers.len()));
+                    }
+                }
+            }
+            prop_assert_eq!(decoded, expected);
+            // Each record's batch offset + index is its position in its partition.
+            let mut seen = [0i64; 3];
+            let waker = std::task::Waker::noop();
+            let mut cx = Context::from_waker(waker);
+            for (partition, completion, idx) in positions {
+                let Poll::Ready(Ok(ack)) = completion.poll_result(&mut cx) else { panic!("incomplete") };
+                prop_assert_eq!(ack.base_offset + i64::from(idx), seen[partition as usize]);
+                seen[partition as usize] += 1;
+            }
+        }
+    }
+}
