@@ -798,14 +798,17 @@ mod proptests {
     use super::*;
     use proptest::prelude::*;
 
-    fn record_strategy() -> impl Strategy<
-        Value = (
-            i64,
-            Option<Vec<u8>>,
-            Option<Vec<u8>>,
-            Vec<(String, Option<Vec<u8>>)>,
-        ),
-    > {
+    /// (timestamp, key, value, headers) of a generated record.
+    type GenRecord = (
+        i64,
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+        Vec<(String, Option<Vec<u8>>)>,
+    );
+    /// (timestamp, key, value, header count) of a record, per partition.
+    type Seen = Vec<Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)>>;
+
+    fn record_strategy() -> impl Strategy<Value = GenRecord> {
         (
             0i64..4_000_000_000_000,
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
@@ -845,7 +848,7 @@ mod proptests {
             let topic: Arc<str> = "t".into();
             let index = acc.topic(&topic);
             let now = Instant::now();
-            let mut expected: Vec<Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)>> = vec![Vec::new(); 3];
+            let mut expected: Seen = vec![Vec::new(); 3];
             let mut positions = Vec::new();
             for (partition, (ts, key, value, headers)) in &records {
                 let headers: Vec<(String, Option<Bytes>)> = headers.iter().map(|(k, v)| (k.clone(), v.clone().map(Bytes::from))).collect();
@@ -857,7 +860,7 @@ mod proptests {
             }
             acc.closing = true;
             let drained = acc.drain(now, |_, p| Some(format!("core{p}")));
-            let mut decoded: Vec<Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)>> = vec![Vec::new(); 3];
+            let mut decoded: Seen = vec![Vec::new(); 3];
             let mut next_offset = [0i64; 3];
             for (_, mut batches) in drained.requests {
                 for batch in &mut batches {
