@@ -264,5 +264,5 @@ fn run_group(command: GroupCommand) -> anyhow::Result<()> {
         GroupCommand::Describe { group } => format!("borges group describe {group}"),
         GroupCommand::ResetOffsets { group, .. } => format!("borges group reset-offsets {group}"),
     };
-    bail!("{what}: consumer groups are not available yet in this version of Borges (the broker and SDK do not implement them)")
+    bail!("{what}: consumer groups are not implemented in this version of the SDK and CLI yet (issue 6)")
 }

@@ -192,8 +192,19 @@ fn topic_list_alter_delete_and_acks_levels() {
         None,
     ));
     assert_eq!(
-        ok(borges(&broker, &["topic", "list"], None)),
+        ok(borges(
+            &broker,
+            &["topic", "list", "--exclude-internal"],
+            None
+        )),
         "audit\nlogs\n"
+    );
+    // As kafka-topics.sh --list: internal topics are listed unless excluded.
+    let all = ok(borges(&broker, &["topic", "list"], None));
+    assert!(
+        all.lines()
+            .all(|t| ["__consumer_offsets", "audit", "logs"].contains(&t)),
+        "{all}"
     );
     let describe = ok(borges(&broker, &["topic", "describe", "logs"], None));
     assert!(
@@ -273,7 +284,14 @@ fn topic_list_alter_delete_and_acks_levels() {
         ok(borges(&broker, &["topic", "delete", "audit"], None)),
         "Deleted topic audit.\n"
     );
-    assert_eq!(ok(borges(&broker, &["topic", "list"], None)), "logs\n");
+    assert_eq!(
+        ok(borges(
+            &broker,
+            &["topic", "list", "--exclude-internal"],
+            None
+        )),
+        "logs\n"
+    );
 }
 
 #[test]

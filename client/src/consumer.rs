@@ -535,7 +535,7 @@ impl Consumer {
 
 fn group_unsupported(group: &str) -> ClientError {
     ClientError::Unsupported(format!(
-        "consumer groups (group `{group}`) are not available yet; assign partitions instead"
+        "consumer groups (group `{group}`) are not implemented in this SDK version yet (issue 6); assign partitions instead"
     ))
 }
 
