@@ -14,6 +14,10 @@
 #   --only borges|kafka run one system only
 #   --out DIR           output directory                             [results/<date>]
 #   --kafka-heap SIZE   Kafka JVM heap                                [1G]
+#   --min-free-gb N     skip a run when the data directory's file system has less free
+#                       space than this (Borges preallocates segments per partition) [20]
+#   --report-only       only (re)write notes.md and report.md from DIR/raw/*.json
+#                       (needs --out DIR)
 #
 # Writes DIR/raw/<workload>-<system>[-<round>].{json,txt}, DIR/commands.txt, DIR/notes.md and,
 # through `borges-loadgen report`, DIR/report.md with SVG charts.
@@ -40,6 +44,8 @@ rounds=1
 only=""
 out=""
 kafka_heap=1G
+min_free_gb=20
+report_only=0
 workloads=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -51,12 +57,18 @@ while [ $# -gt 0 ]; do
         --only) only="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --kafka-heap) kafka_heap="$2"; shift 2 ;;
-        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --min-free-gb) min_free_gb="$2"; shift 2 ;;
+        --report-only) report_only=1; shift ;;
+        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "unknown option $1" >&2; exit 2 ;;
         *) workloads+=("$1"); shift ;;
     esac
 done
-[ ${#workloads[@]} -gt 0 ] || { echo "usage: $0 [options] WORKLOAD..." >&2; exit 2; }
+if [ "$report_only" = 1 ]; then
+    [ -n "$out" ] || { echo "--report-only needs --out DIR" >&2; exit 2; }
+else
+    [ ${#workloads[@]} -gt 0 ] || { echo "usage: $0 [options] WORKLOAD..." >&2; exit 2; }
+fi
 
 log() { echo "bench-vs-kafka: $*" >&2; }
 
@@ -90,14 +102,64 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-ensure_build_deps
+free_gb() { # free GiB on the file system of $1
+    df -P -k "$1" | awk 'NR == 2 {print int($4 / 1048576)}'
+}
+
+write_notes() {
+    local load_before load_after
+    load_before="$(cat "$out/load_before" 2>/dev/null || echo unknown)"
+    load_after="$(cat "$out/load_after" 2>/dev/null || echo unknown)"
+    {
+        echo "## How this was run"
+        echo
+        echo "- date: $(cat "$out/started" 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)," \
+            "git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- broker storage runtime client 2>/dev/null || echo ' (with uncommitted changes in broker/storage/runtime/client)')"
+        echo "- brokers pinned to CPUs \`$broker_cpus\` (taskset), load generator to CPUs \`$loadgen_cpus\`;" \
+            "Borges with \`--cores $broker_cores\`; Kafka $(grep -o '<kafka.version>[^<]*' scripts/kafka/pom.xml | cut -d'>' -f2)" \
+            "(KRaft, combined broker+controller, heap $kafka_heap, $(java -version 2>&1 | head -1))"
+        echo "- load average before: $load_before; after: $load_after (other processes on the machine add noise)"
+        echo "- each run uses a freshly started broker with an empty temporary data directory"
+        echo "- durability, like against like: \`fsync\` = Borges \`durability=fsync\` (group-commit fdatasync" \
+            "before acks=all) vs Kafka \`flush.messages=1\` + \`log.flush.interval.messages=1\` (fsync per append" \
+            "before the response); \`none\` = Borges \`durability=none\` vs Kafka defaults (no fsync)"
+        echo "- throughput at \`rate=max\` is found by rate discovery or unthrottled sending (see each workload);" \
+            "latency is measured from the intended send time (no coordinated omission); MB = 2^20 bytes of record values"
+        echo
+        echo "Commands:"
+        echo
+        echo '```'
+        cat "$out/commands.txt" 2>/dev/null
+        echo '```'
+    } >"$out/notes.md"
+}
+
+make_report() {
+    shopt -s nullglob
+    local jsons=("$out"/raw/*.json)
+    if [ ${#jsons[@]} -eq 0 ]; then
+        log "no results in $out/raw"
+        return 1
+    fi
+    write_notes
+    "$loadgen" report --out "$out" --notes "$out/notes.md" "${jsons[@]}"
+    log "report: $out/report.md"
+}
+
 target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
+loadgen="$target_dir/release/borges-loadgen"
+borges="$target_dir/release/borges"
+if [ "$report_only" = 1 ]; then
+    cargo build --release -p borges-loadgen >&2
+    make_report
+    exit $?
+fi
+
+ensure_build_deps
 log "building release binaries (target dir $target_dir)"
 packages=(-p borges-loadgen)
 [ "$only" = kafka ] || packages+=(-p borges-cli)
 cargo build --release "${packages[@]}" >&2
-loadgen="$target_dir/release/borges-loadgen"
-borges="$target_dir/release/borges"
 
 files=()
 for w in "${workloads[@]}"; do files+=("$(resolve_workload "$w")"); done
@@ -106,8 +168,10 @@ for w in "${workloads[@]}"; do files+=("$(resolve_workload "$w")"); done
 out="${out:-results/$(date +%Y-%m-%d-%H%M%S)}"
 mkdir -p "$out/raw"
 commands="$out/commands.txt"
-: >"$commands"
-load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+touch "$commands"
+date -u +%Y-%m-%dT%H:%M:%SZ >"$out/started"
+cut -d' ' -f1-3 /proc/loadavg >"$out/load_before"
+data_root="${TMPDIR:-/tmp}"
 
 borges_pid=""
 borges_tmp=""
@@ -128,13 +192,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+record() { # the command line, shell-quoted, into commands.txt
+    printf '%q ' "$@" >>"$commands"
+    echo >>"$commands"
+}
+
 start_borges() {
     local port="$1"
-    borges_tmp="$(mktemp -d "${TMPDIR:-/tmp}/borges-bench.XXXXXX")"
+    borges_tmp="$(mktemp -d "$data_root/borges-bench.XXXXXX")"
     local cmd=(taskset -c "$broker_cpus" "$borges" broker --data-dir "$borges_tmp/data"
         --listen "127.0.0.1:$port" --cores "$broker_cores" --core-port-base 0
         --metrics-listen "" --ready-file "$borges_tmp/ready.json")
-    echo "${cmd[*]}" >>"$commands"
+    record "${cmd[@]}"
     RUST_LOG="${RUST_LOG:-warn}" "${cmd[@]}" >"$borges_tmp/broker.log" 2>&1 </dev/null &
     borges_pid=$!
     for _ in $(seq 1 600); do
@@ -151,15 +220,19 @@ run_loadgen() { # system file port pid tag
     local cmd=(taskset -c "$loadgen_cpus" "$loadgen" run --workload "$file" --driver "$system"
         --bootstrap "127.0.0.1:$port" --broker-pid "$pid" --json "$out/raw/$tag.json")
     [ -n "$duration_s" ] && cmd+=(--duration-s "$duration_s")
-    echo "${cmd[*]}" >>"$commands"
+    record "${cmd[@]}"
     "${cmd[@]}" | tee "$out/raw/$tag.txt"
 }
 
 run_borges() { # file tag
     local port
     port="$(free_port)"
-    start_borges "$port"
-    run_loadgen borges "$1" "$port" "$borges_pid" "$2" || log "borges run failed: $2"
+    if start_borges "$port"; then
+        run_loadgen borges "$1" "$port" "$borges_pid" "$2" || log "borges run failed: $2"
+        [ -s "$borges_tmp/broker.log" ] && cp "$borges_tmp/broker.log" "$out/raw/$2-broker.log"
+    else
+        log "borges did not start: $2"
+    fi
     stop_borges
 }
 
@@ -170,10 +243,13 @@ run_kafka() { # file durability tag
     case "$2" in fsync) kdur=fsync ;; *) kdur=none ;; esac
     local cmd=(scripts/kafka.sh start --port "$port" --controller-port "$cport" --cpus "$broker_cpus"
         --heap "$kafka_heap" --durability "$kdur")
-    echo "${cmd[*]}" >>"$commands"
-    "${cmd[@]}" >/dev/null
-    run_loadgen kafka "$1" "$port" "$(scripts/kafka.sh pid)" "$3" || log "kafka run failed: $3"
-    scripts/kafka.sh stop
+    record "${cmd[@]}"
+    if "${cmd[@]}" >/dev/null; then
+        run_loadgen kafka "$1" "$port" "$(scripts/kafka.sh pid)" "$3" || log "kafka run failed: $3"
+    else
+        log "kafka did not start: $3"
+    fi
+    scripts/kafka.sh stop || true
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -187,6 +263,10 @@ for round in $(seq 1 "$rounds"); do
         [ $((round % 2)) -eq 0 ] && order=(kafka borges)
         for system in "${order[@]}"; do
             [ -n "$only" ] && [ "$only" != "$system" ] && continue
+            if [ "$(free_gb "$data_root")" -lt "$min_free_gb" ]; then
+                log "skipping $name on $system: less than $min_free_gb GiB free in $data_root"
+                continue
+            fi
             log "round $round: $name on $system (durability=$durability)"
             if [ "$system" = borges ]; then
                 run_borges "$file" "$name-borges$suffix"
@@ -197,34 +277,5 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 
-load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
-{
-    echo "## How this was run"
-    echo
-    echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ), git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    echo "- brokers pinned to CPUs \`$broker_cpus\` (taskset), load generator to CPUs \`$loadgen_cpus\`;" \
-        "Borges with \`--cores $broker_cores\`; Kafka $(grep -o '<kafka.version>[^<]*' scripts/kafka/pom.xml | cut -d'>' -f2)" \
-        "(KRaft, combined broker+controller, heap $kafka_heap, $(java -version 2>&1 | head -1))"
-    echo "- load average before: $load_before; after: $load_after (other processes on the machine add noise)"
-    echo "- each run uses a freshly started broker with an empty temporary data directory"
-    echo "- durability, like against like: \`fsync\` = Borges \`durability=fsync\` (group-commit fdatasync" \
-        "before acks=all) vs Kafka \`flush.messages=1\` + \`log.flush.interval.messages=1\` (fsync per append" \
-        "before the response); \`none\` = Borges \`durability=none\` vs Kafka defaults (no fsync)"
-    echo "- throughput at \`rate=max\` is found by rate discovery (OpenMessaging-style); latency is measured from" \
-        "the intended send time (no coordinated omission); MB = 2^20 bytes of record values"
-    echo
-    echo "Commands:"
-    echo
-    echo '```'
-    cat "$commands"
-    echo '```'
-} >"$out/notes.md"
-
-shopt -s nullglob
-jsons=("$out"/raw/*.json)
-if [ ${#jsons[@]} -eq 0 ]; then
-    log "no results"
-    exit 1
-fi
-"$loadgen" report --out "$out" --notes "$out/notes.md" "${jsons[@]}"
-log "report: $out/report.md"
+cut -d' ' -f1-3 /proc/loadavg >"$out/load_after"
+make_report

@@ -217,11 +217,21 @@ pub fn headline_table(comparisons: &[Comparison]) -> String {
     for c in comparisons {
         let all = rows(c);
         let find = |m: &str| all.iter().find(|r| r.metric.starts_with(m)).cloned();
-        let tp = find("publish throughput (MB/s)");
-        let lat = find("publish latency p99.9");
         let any = c.subject.as_ref().or(c.baseline.as_ref());
+        // A catch-up workload is about how fast the backlog is read.
+        let catch_up = any.is_some_and(|r| r.workload.consumer.backlog_size_bytes > 0);
+        let tp = if catch_up {
+            find("consume throughput (MB/s)")
+        } else {
+            find("publish throughput (MB/s)")
+        };
+        let lat = find("publish latency p99.9");
         let durability = any.map_or("-", |r| r.workload.topic.durability.as_str());
-        let rate = any.map_or("-".to_string(), |r| rate_label(&r.workload.producer));
+        let rate = match any {
+            None => "-".to_string(),
+            Some(_) if catch_up => "catch-up (consume MB/s)".to_string(),
+            Some(r) => rate_label(&r.workload.producer),
+        };
         let fixed_rate = any.is_some_and(|r| r.workload.producer.rate_records_s > 0);
         let tp_ratio = mark(tp.as_ref().and_then(Row::ratio), !fixed_rate, |x| {
             x >= TARGET_THROUGHPUT_RATIO_MIN

@@ -110,7 +110,10 @@ fn rate_discovery_and_backlog_runs_complete() {
     assert!(b.completed, "{:?}", r.summary);
     assert!(b.backlog_bytes >= 2 << 20);
     assert_eq!(r.summary.consumed_records, b.backlog_records);
-    assert_eq!(r.summary.e2e.count, 0, "no end-to-end latency for a backlog");
+    assert_eq!(
+        r.summary.e2e.count, 0,
+        "no end-to-end latency for a backlog"
+    );
 }
 
 #[test]
