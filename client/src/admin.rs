@@ -10,9 +10,10 @@ use crate::codec::obj;
 use crate::codec::{self, decode};
 use crate::config::ClientConfig;
 use crate::error::{check_code, ClientError, Result};
+use crate::group;
 use crate::types::{
-    AlterConfig, ConfigEntry, ConfigSource, ListedOffset, NewTopic, OffsetSpec, TopicDescription,
-    TopicPartition,
+    AlterConfig, ConfigEntry, ConfigSource, GroupDescription, GroupListing, ListedOffset,
+    MemberDescription, NewTopic, OffsetSpec, TopicDescription, TopicPartition,
 };
 
 /// Pipelined admin requests a connection may carry.
@@ -239,6 +240,93 @@ impl Admin {
         queries: Vec<(TopicPartition, OffsetSpec)>,
     ) -> Result<Vec<ListedOffset>> {
         list_offsets(&self.core, &queries).await
+    }
+
+    /// Every consumer group the cluster knows, sorted by id.
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let request = wire::ListGroupsRequestT::default();
+        let frame = self
+            .core
+            .call_any(ApiKey::ListGroups, codec::encode(|fbb| request.pack(fbb)))
+            .await?;
+        let response = decode!(ListGroupsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        let mut groups: Vec<GroupListing> = response
+            .groups
+            .unwrap_or_default()
+            .into_iter()
+            .map(|g| GroupListing { group_id: g.group_id, state: g.group_state.unwrap_or_default() })
+            .collect();
+        groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(groups)
+    }
+
+    /// Describes groups: state, epoch, members and what each owns. Fails with the first
+    /// group's error (`GroupIdNotFound` for an unknown group).
+    pub async fn describe_groups(&self, groups: &[&str]) -> Result<Vec<GroupDescription>> {
+        let request = obj!(wire::DescribeGroupsRequestT {
+            group_ids: Some(groups.iter().map(|g| g.to_string()).collect()),
+        });
+        let frame = self
+            .core
+            .call_any(ApiKey::DescribeGroups, codec::encode(|fbb| request.pack(fbb)))
+            .await?;
+        let response = decode!(DescribeGroupsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        let mut out = Vec::new();
+        for g in response.groups.unwrap_or_default() {
+            check_code(g.error_code, g.error_message).map_err(|e| name_error(e, &g.group_id))?;
+            let members = g
+                .members
+                .unwrap_or_default()
+                .into_iter()
+                .map(|m| MemberDescription {
+                    member_id: m.member_id,
+                    member_epoch: m.member_epoch,
+                    client_id: m.client_id.unwrap_or_default(),
+                    client_host: m.client_host.unwrap_or_default(),
+                    assignment: group::partitions(&group::from_wire(&m.assignment.unwrap_or_default())),
+                })
+                .collect();
+            out.push(GroupDescription {
+                group_id: g.group_id,
+                state: g.group_state.unwrap_or_default(),
+                group_epoch: g.group_epoch,
+                members,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every committed offset of `group`, sorted by topic and partition.
+    pub async fn list_group_offsets(&self, group_id: &str) -> Result<Vec<(TopicPartition, i64)>> {
+        let addr = group::find_coordinator(&self.core, group_id).await?;
+        let committed = group::fetch_committed(&self.core, &addr, group_id, None).await?;
+        Ok(committed.into_iter().filter_map(|(tp, o)| o.map(|o| (tp, o))).collect())
+    }
+
+    /// Sets committed offsets of `group` (each the next offset to read). The coordinator
+    /// accepts this only while the group has no active members (`NonEmptyGroup` otherwise).
+    pub async fn alter_group_offsets(&self, group_id: &str, offsets: &[(TopicPartition, i64)]) -> Result<()> {
+        let addr = group::find_coordinator(&self.core, group_id).await?;
+        group::commit(&self.core, &addr, group_id, "", -1, offsets).await
+    }
+
+    /// Deletes groups without active members, and their committed offsets.
+    pub async fn delete_groups(&self, groups: &[&str]) -> Result<()> {
+        let request = obj!(wire::DeleteGroupsRequestT {
+            group_ids: Some(groups.iter().map(|g| g.to_string()).collect()),
+        });
+        let frame = self
+            .core
+            .call_any(ApiKey::DeleteGroups, codec::encode(|fbb| request.pack(fbb)))
+            .await?;
+        let response = decode!(DeleteGroupsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        for r in response.results.unwrap_or_default() {
+            check_code(r.error_code, r.error_message).map_err(|e| name_error(e, &r.group_id))?;
+        }
+        Ok(())
     }
 
     fn timeout_ms(&self) -> i32 {

@@ -22,6 +22,7 @@ use crate::codec::{self, decode};
 use crate::config::{ClientConfig, ConsumerConfig, OffsetReset};
 use crate::connection::{await_reply, Reply, Request};
 use crate::error::{check_code, ClientError, Result};
+use crate::group::{self, Group, GroupSettings};
 use crate::types::{ConsumerRecord, Offset, OffsetSpec, TopicPartition};
 
 /// Pipelined requests per consumer connection (one fetch plus offset lookups).
@@ -88,15 +89,20 @@ pub struct Consumer {
     results_rx: mpsc::UnboundedReceiver<FetchDone>,
     retry_at: Option<Instant>,
     refresh_needed: bool,
+    /// Group mode: membership, listener, last auto-commit.
+    group: Option<Group>,
+    listener: Option<Box<dyn RebalanceListener>>,
+    last_auto_commit: Instant,
 }
 
 impl Consumer {
-    /// Connects to a bootstrap broker. Group mode (`group_id`) is not available yet and is
-    /// refused with `Unsupported`.
+    /// Connects to a bootstrap broker. With `group_id` set, call [`Consumer::subscribe`] to
+    /// join the group (or [`Consumer::assign`] to read without joining, committing to the
+    /// group only by explicit commits).
     pub async fn new(client: ClientConfig, config: ConsumerConfig) -> Result<Consumer> {
         config.validate()?;
-        if let Some(group) = &config.group_id {
-            return Err(group_unsupported(group));
+        if config.group_id.as_deref() == Some("") {
+            return Err(ClientError::InvalidConfig("group_id must not be empty".into()));
         }
         let core = ClientCore::new(client, CONSUMER_IN_FLIGHT_REQUESTS_MAX)?;
         core.refresh_metadata(Some(&[])).await?;
@@ -112,6 +118,9 @@ impl Consumer {
             results_rx,
             retry_at: None,
             refresh_needed: false,
+            group: None,
+            listener: None,
+            last_auto_commit: Instant::now(),
         })
     }
 
@@ -133,6 +142,11 @@ impl Consumer {
     /// Reads exactly these partitions from now on. Partitions kept from the previous
     /// assignment keep their positions; new ones start per `auto_offset_reset` unless sought.
     pub async fn assign(&mut self, partitions: Vec<TopicPartition>) -> Result<()> {
+        if self.group.is_some() {
+            return Err(ClientError::InvalidArgument(
+                "the consumer is subscribed: its group assigns the partitions".into(),
+            ));
+        }
         let mut topics: Vec<String> = partitions.iter().map(|tp| tp.topic.clone()).collect();
         topics.sort();
         topics.dedup();
@@ -215,13 +229,34 @@ impl Consumer {
         self.partitions.get(tp).map(|s| s.high_watermark)
     }
 
-    /// Group mode: joins `group_id` and reads the partitions the coordinator assigns.
-    /// Not available yet: returns `Unsupported`.
+    /// Group mode: joins `group_id` (required) and reads the partitions the group's
+    /// coordinator assigns to this member; calling it again changes the subscription. Partitions
+    /// start from the group's committed offsets, else per `auto_offset_reset`.
     pub async fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
-        let _ = topics;
-        Err(group_unsupported(
-            self.config.group_id.as_deref().unwrap_or(""),
-        ))
+        let Some(group_id) = self.config.group_id.clone() else {
+            return Err(ClientError::InvalidConfig("subscribe needs ConsumerConfig::group_id".into()));
+        };
+        if topics.is_empty() {
+            return Err(ClientError::InvalidArgument("subscribe to at least one topic".into()));
+        }
+        let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        if let Some(group) = &self.group {
+            group.lock().subscription = topics;
+            group.wake.notify_one();
+            return Ok(());
+        }
+        if !self.partitions.is_empty() {
+            self.partitions.clear();
+            self.buffered.clear();
+        }
+        let settings = GroupSettings {
+            group_id,
+            client_id: self.core.config.client_id.clone(),
+            session_timeout_ms: self.config.session_timeout_ms,
+        };
+        self.group = Some(Group::start(self.core.clone(), settings, topics));
+        self.last_auto_commit = Instant::now();
+        Ok(())
     }
 
     /// Group mode: like `subscribe`, calling `listener` on every assignment change.
@@ -230,40 +265,254 @@ impl Consumer {
         topics: &[&str],
         listener: Box<dyn RebalanceListener>,
     ) -> Result<()> {
-        let _ = listener;
+        self.listener = Some(listener);
         self.subscribe(topics).await
     }
 
-    /// Group mode: commits the current positions and waits for the coordinator.
+    /// Group mode: this member's id and epoch (empty and 0 before the first heartbeat reply).
+    pub fn member(&self) -> Option<(String, i32)> {
+        self.group.as_ref().map(|g| {
+            let s = g.lock();
+            (s.member_id.clone(), s.epoch)
+        })
+    }
+
+    /// Commits the positions of every assigned partition (the offsets after the records `poll`
+    /// returned) to the group and waits for the coordinator.
     pub async fn commit_sync(&mut self) -> Result<()> {
-        Err(group_unsupported(
-            self.config.group_id.as_deref().unwrap_or(""),
-        ))
+        let offsets: Vec<(TopicPartition, i64)> = self
+            .partitions
+            .iter()
+            .filter_map(|(tp, s)| s.position.map(|p| (tp.clone(), p)))
+            .collect();
+        self.commit_offsets_sync(&offsets).await
     }
 
-    /// Group mode: commits the current positions without waiting.
+    /// Commits these offsets (each the next offset to read) to the group. A subscribed member
+    /// commits as itself (retrying once its epoch is current); otherwise the commit is
+    /// administrative, which the coordinator accepts only while the group has no members.
+    pub async fn commit_offsets_sync(&mut self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
+        let group_id = self.group_id()?;
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (member_id, epoch) = self.member().unwrap_or((String::new(), -1));
+            let result = match self.coordinator(&group_id).await {
+                Ok(addr) => group::commit(&self.core, &addr, &group_id, &member_id, epoch, offsets).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if e.is_retriable() && attempts < 10 => {
+                    if matches!(e.code(), Some(ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable))
+                        || e.needs_metadata_refresh()
+                    {
+                        if let Some(g) = &self.group {
+                            g.lock().coordinator = None;
+                        }
+                    }
+                    self.wait_for_heartbeat().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Commits the current positions in the background; failures are logged.
     pub fn commit_async(&mut self) -> Result<()> {
-        Err(group_unsupported(
-            self.config.group_id.as_deref().unwrap_or(""),
-        ))
+        let group_id = self.group_id()?;
+        let offsets: Vec<(TopicPartition, i64)> = self
+            .partitions
+            .iter()
+            .filter_map(|(tp, s)| s.position.map(|p| (tp.clone(), p)))
+            .collect();
+        let (member_id, epoch) = self.member().unwrap_or((String::new(), -1));
+        let coordinator = self.group.as_ref().and_then(|g| g.lock().coordinator.clone());
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            let addr = match coordinator {
+                Some(addr) => Ok(addr),
+                None => group::find_coordinator(&core, &group_id).await,
+            };
+            let result = match addr {
+                Ok(addr) => group::commit(&core, &addr, &group_id, &member_id, epoch, &offsets).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::warn!(error = %e, group = %group_id, "asynchronous commit failed");
+            }
+        });
+        Ok(())
     }
 
-    /// Group mode: the group's committed offsets of `partitions`.
-    pub async fn committed(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<(TopicPartition, Option<i64>)>> {
-        let _ = partitions;
-        Err(group_unsupported(
-            self.config.group_id.as_deref().unwrap_or(""),
-        ))
+    /// The group's committed offsets of `partitions` (`None` where nothing is committed).
+    pub async fn committed(&self, partitions: &[TopicPartition]) -> Result<Vec<(TopicPartition, Option<i64>)>> {
+        let group_id = self.group_id()?;
+        let addr = self.coordinator(&group_id).await?;
+        group::fetch_committed(&self.core, &addr, &group_id, Some(partitions)).await
+    }
+
+    /// Group mode: commits the positions (with `enable_auto_commit`), tells the listener the
+    /// partitions are revoked, and leaves the group, so that its partitions move to other
+    /// members at once. Without a group it only drops the consumer.
+    pub async fn close(mut self) -> Result<()> {
+        let Some(_) = &self.group else { return Ok(()) };
+        let mut result = Ok(());
+        if self.config.enable_auto_commit {
+            result = self.commit_sync().await;
+        }
+        let owned: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+        if let Some(listener) = &mut self.listener {
+            if !owned.is_empty() {
+                listener.on_partitions_revoked(&owned);
+            }
+        }
+        if let Some(group) = &self.group {
+            group.leave(self.core.config.request_timeout_ms).await;
+        }
+        result
+    }
+
+    fn group_id(&self) -> Result<String> {
+        self.config
+            .group_id
+            .clone()
+            .ok_or_else(|| ClientError::InvalidConfig("committing needs ConsumerConfig::group_id".into()))
+    }
+
+    async fn coordinator(&self, group_id: &str) -> Result<String> {
+        if let Some(addr) = self.group.as_ref().and_then(|g| g.lock().coordinator.clone()) {
+            return Ok(addr);
+        }
+        let addr = group::find_coordinator(&self.core, group_id).await?;
+        if let Some(g) = &self.group {
+            g.lock().coordinator = Some(addr.clone());
+        }
+        Ok(addr)
+    }
+
+    async fn wait_for_heartbeat(&self) {
+        match &self.group {
+            Some(g) => {
+                let replied = g.replied.notified();
+                g.wake.notify_one();
+                let _ = tokio::time::timeout(Duration::from_millis(1_000), replied).await;
+            }
+            None => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+
+    /// Applies the coordinator's latest assignment: revoked partitions first (auto-commit,
+    /// listener), then new ones from their committed offsets; reports what is owned now.
+    async fn reconcile_group(&mut self) -> Result<()> {
+        let Some(group) = &self.group else { return Ok(()) };
+        let (target, error) = {
+            let mut s = group.lock();
+            (s.target.take(), s.error.take())
+        };
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let Some(target) = target else { return Ok(()) };
+        let current = group::assignment_of(self.partitions.keys());
+        let revoked: Vec<TopicPartition> =
+            self.partitions.keys().filter(|tp| !target.get(&tp.topic).is_some_and(|ps| ps.contains(&tp.partition))).cloned().collect();
+        let added: Vec<TopicPartition> = group::partitions(&target)
+            .into_iter()
+            .filter(|tp| !current.get(&tp.topic).is_some_and(|ps| ps.contains(&tp.partition)))
+            .collect();
+        if !revoked.is_empty() {
+            self.revoke(&revoked).await;
+        }
+        if !added.is_empty() {
+            if let Err(e) = self.take_partitions(&added).await {
+                if !e.is_retriable() {
+                    return Err(e);
+                }
+                // Try again on the next poll.
+                if let Some(group) = &self.group {
+                    group.lock().target.get_or_insert(target);
+                }
+                self.back_off();
+                return Ok(());
+            }
+        }
+        if let Some(group) = &self.group {
+            group.lock().owned = group::assignment_of(self.partitions.keys());
+            group.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    async fn revoke(&mut self, revoked: &[TopicPartition]) {
+        if self.config.enable_auto_commit && self.member().is_some_and(|(_, epoch)| epoch > 0) {
+            let offsets: Vec<(TopicPartition, i64)> = revoked
+                .iter()
+                .filter_map(|tp| self.partitions.get(tp).and_then(|s| s.position).map(|p| (tp.clone(), p)))
+                .collect();
+            if let Err(e) = self.commit_offsets_sync(&offsets).await {
+                tracing::warn!(error = %e, "commit of revoked partitions failed");
+            }
+        }
+        if let Some(listener) = &mut self.listener {
+            listener.on_partitions_revoked(revoked);
+        }
+        for tp in revoked {
+            self.partitions.remove(tp);
+        }
+        let partitions = &self.partitions;
+        self.buffered.retain(|r| partitions.contains_key(&TopicPartition::new(&*r.topic, r.partition)));
+    }
+
+    async fn take_partitions(&mut self, added: &[TopicPartition]) -> Result<()> {
+        let group_id = self.group_id()?;
+        let addr = self.coordinator(&group_id).await?;
+        let committed = group::fetch_committed(&self.core, &addr, &group_id, Some(added)).await?;
+        let mut topics: Vec<String> = added.iter().map(|tp| tp.topic.clone()).collect();
+        topics.dedup();
+        self.core.metadata_for(&topics, self.core.config.request_timeout_ms).await?;
+        for tp in added {
+            let position = committed.iter().find(|(c, _)| c == tp).and_then(|(_, o)| *o);
+            self.partitions.insert(
+                tp.clone(),
+                PartitionState {
+                    topic: tp.topic.as_str().into(),
+                    position,
+                    fetch_position: position.unwrap_or(0),
+                    generation: 0,
+                    buffered: 0,
+                    high_watermark: -1,
+                },
+            );
+        }
+        if let Some(listener) = &mut self.listener {
+            listener.on_partitions_assigned(added);
+        }
+        Ok(())
+    }
+
+    async fn auto_commit(&mut self) {
+        let due = self.config.enable_auto_commit
+            && self.group.is_some()
+            && self.last_auto_commit.elapsed() >= Duration::from_millis(self.config.auto_commit_interval_ms);
+        if !due {
+            return;
+        }
+        self.last_auto_commit = Instant::now();
+        if let Err(e) = self.commit_sync().await {
+            tracing::warn!(error = %e, "auto-commit failed");
+        }
     }
 
     /// Returns the next records (at most `max_poll_records`), waiting up to `timeout` for some
     /// to arrive; an empty vector when none did.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
         let deadline = Instant::now() + timeout;
+        self.auto_commit().await;
         loop {
+            self.reconcile_group().await?;
             if !self.buffered.is_empty() {
                 return Ok(self.take_buffered());
             }
@@ -275,12 +524,25 @@ impl Consumer {
             self.prepare().await?;
             self.send_fetches().await?;
             let wake = self.retry_at.map_or(deadline, |at| at.min(deadline));
-            let received = tokio::time::timeout_at(wake.into(), self.results_rx.recv()).await;
-            match received {
-                Ok(Some(done)) => self.completed.push_back(done),
-                Ok(None) => return Err(ClientError::Closed("consumer")),
-                Err(_) if Instant::now() >= deadline => return Ok(Vec::new()),
-                Err(_) => {}
+            // Group mode: a heartbeat reply may carry a new assignment to apply.
+            let replied = self.group.as_ref().map(|g| g.replied.clone());
+            let assignment_changed = async {
+                match &replied {
+                    Some(r) => r.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                received = self.results_rx.recv() => match received {
+                    Some(done) => self.completed.push_back(done),
+                    None => return Err(ClientError::Closed("consumer")),
+                },
+                _ = assignment_changed => {}
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    if Instant::now() >= deadline {
+                        return Ok(Vec::new());
+                    }
+                }
             }
         }
     }
@@ -531,12 +793,6 @@ impl Consumer {
             _ => Err(error),
         }
     }
-}
-
-fn group_unsupported(group: &str) -> ClientError {
-    ClientError::Unsupported(format!(
-        "consumer groups (group `{group}`) are not implemented in this SDK version yet (issue 6); assign partitions instead"
-    ))
 }
 
 /// The Fetch request for `partitions` (topic-partition, generation, fetch offset).

@@ -37,6 +37,7 @@ mod config;
 mod connection;
 mod consumer;
 mod error;
+mod group;
 mod metadata;
 mod producer;
 mod retry;
@@ -48,9 +49,9 @@ pub use consumer::{Consumer, RebalanceListener};
 pub use error::{ClientError, Result};
 pub use producer::{DeliveryFuture, Producer};
 pub use types::{
-    AlterConfig, ConfigEntry, ConfigSource, ConsumerRecord, ListedOffset, NewTopic, Offset,
-    OffsetSpec, PartitionInfo, ProducerRecord, RecordMetadata, TopicDescription, TopicId,
-    TopicPartition,
+    AlterConfig, ConfigEntry, ConfigSource, ConsumerRecord, GroupDescription, GroupListing,
+    ListedOffset, MemberDescription, NewTopic, Offset, OffsetSpec, PartitionInfo, ProducerRecord,
+    RecordMetadata, TopicDescription, TopicId, TopicPartition,
 };
 
 /// The wire error codes ([`ClientError::Broker`] carries one).

@@ -336,6 +336,43 @@ pub struct ListedOffset {
     pub timestamp: i64,
 }
 
+/// A consumer group as `Admin::list_groups` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    /// Group id.
+    pub group_id: String,
+    /// `Empty`, `Assigning`, `Reconciling` or `Stable`.
+    pub state: String,
+}
+
+/// One member of a described group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    /// Member id (assigned by the coordinator).
+    pub member_id: String,
+    /// The member's current epoch.
+    pub member_epoch: i32,
+    /// The client id the member sent.
+    pub client_id: String,
+    /// The member's address as the broker saw it (`/127.0.0.1`).
+    pub client_host: String,
+    /// Partitions the member owns now.
+    pub assignment: Vec<TopicPartition>,
+}
+
+/// A described consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    /// Group id.
+    pub group_id: String,
+    /// `Empty`, `Assigning`, `Reconciling` or `Stable`.
+    pub state: String,
+    /// Bumped by every membership or subscription change.
+    pub group_epoch: i32,
+    /// Active members.
+    pub members: Vec<MemberDescription>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
