@@ -41,7 +41,7 @@ pub enum Command {
     Produce(ProduceArgs),
     /// Print records, one per line.
     Consume(ConsumeArgs),
-    /// Consumer groups: list, describe, reset offsets (needs consumer-group support in the broker).
+    /// Consumer groups: list, describe, reset offsets, delete.
     #[command(subcommand)]
     Group(GroupCommand),
 }
@@ -138,8 +138,9 @@ pub struct ProduceArgs {
 pub struct ConsumeArgs {
     /// Topic to read.
     pub topic: String,
-    /// Read as a member of this consumer group (needs consumer-group support in the broker).
-    #[arg(long, value_name = "G")]
+    /// Read as a member of this consumer group: the group assigns the partitions, reading
+    /// starts from its committed offsets, and what is printed is committed.
+    #[arg(long, value_name = "G", conflicts_with = "partition")]
     pub group: Option<String>,
     /// Start at the oldest record instead of the end.
     #[arg(long)]
@@ -173,23 +174,26 @@ pub struct ConsumeArgs {
 /// `borges group ...`
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
-    /// List consumer groups.
+    /// List consumer groups, one id per line.
     #[command(after_help = "Examples:\n  borges group list")]
     List,
-    /// Show a group's committed offsets, log-end offsets and lag per partition.
-    #[command(after_help = "Examples:\n  borges group describe audit-svc")]
+    /// Show a group's committed offsets, log-end offsets, lag and owners per partition.
+    #[command(
+        after_help = "Examples:\n  borges group describe audit-svc\n\nOutput (columns aligned as kafka-consumer-groups.sh --describe):\n  GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID"
+    )]
     Describe {
         /// Group id.
         group: String,
     },
-    /// Move a group's committed offsets (the group must have no active members).
+    /// Move a group's committed offsets of a topic (refused while the group has active members).
+    #[command(group(clap::ArgGroup::new("target").required(true).multiple(false)))]
     #[command(
-        after_help = "Examples:\n  borges group reset-offsets audit-svc --topic orders --to-earliest\n  borges group reset-offsets audit-svc --topic orders --to-offset 10"
+        after_help = "Examples:\n  borges group reset-offsets audit-svc --topic orders --to-earliest --execute\n  borges group reset-offsets audit-svc --topic orders --to-datetime 2026-11-30T05:00:00Z --dry-run\n  borges group reset-offsets audit-svc --topic orders --shift-by -10 --execute\n\nWithout --execute nothing changes (a dry run prints the new offsets)."
     )]
     ResetOffsets {
         /// Group id.
         group: String,
-        /// Topic whose offsets move.
+        /// Topic whose offsets move (every partition).
         #[arg(long)]
         topic: String,
         /// To the log start.
@@ -198,9 +202,27 @@ pub enum GroupCommand {
         /// To the log end.
         #[arg(long, group = "target")]
         to_latest: bool,
-        /// To this offset.
-        #[arg(long, group = "target", value_name = "O")]
+        /// To this offset (clamped to the log's range).
+        #[arg(long, group = "target", value_name = "N")]
         to_offset: Option<i64>,
+        /// To the first record at or after this time (RFC 3339, e.g. 2026-11-30T05:00:00Z).
+        #[arg(long, group = "target", value_name = "RFC3339")]
+        to_datetime: Option<String>,
+        /// Move the committed offsets by N (negative: back), clamped to the log's range.
+        #[arg(long, group = "target", value_name = "N", allow_hyphen_values = true)]
+        shift_by: Option<i64>,
+        /// Only print the new offsets (the default).
+        #[arg(long, conflicts_with = "execute")]
+        dry_run: bool,
+        /// Commit the new offsets.
+        #[arg(long)]
+        execute: bool,
+    },
+    /// Delete a group without active members, and its committed offsets.
+    #[command(after_help = "Examples:\n  borges group delete audit-svc")]
+    Delete {
+        /// Group id.
+        group: String,
     },
 }
 
@@ -324,6 +346,30 @@ mod tests {
             "--to-latest"
         ])
         .is_err());
+        assert!(parse(&["group", "reset-offsets", "g", "--topic", "t"]).is_err());
+        assert!(parse(&[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "--shift-by",
+            "-3",
+            "--execute"
+        ])
+        .is_ok());
+        assert!(parse(&[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "--to-latest",
+            "--execute",
+            "--dry-run"
+        ])
+        .is_err());
+        assert!(parse(&["consume", "t", "--group", "g", "--partition", "1"]).is_err());
         assert!(parse(&[
             "group",
             "reset-offsets",

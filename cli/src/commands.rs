@@ -4,15 +4,21 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use std::collections::BTreeMap;
+
 use borges_client::{
     Acks, Admin, AlterConfig, ClientConfig, Compression, Consumer, ConsumerConfig, DeliveryFuture,
-    NewTopic, Offset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+    NewTopic, Offset, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
+    TopicPartition,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
 use crate::args::{Command, ConsumeArgs, GroupCommand, ProduceArgs, TopicCommand};
-use crate::format::{describe_lines, record_line, split_key, RecordFields};
+use crate::format::{
+    describe_lines, group_table, parse_rfc3339_ms, record_line, reset_table, split_key, GroupRow,
+    RecordFields,
+};
 
 /// How long `produce` waits for a topic's metadata before giving up.
 const PRODUCE_METADATA_WAIT_MS: u64 = 10_000;
@@ -28,7 +34,7 @@ pub async fn run(bootstrap: &str, command: Command) -> anyhow::Result<()> {
         Command::Topic(topic) => run_topic(config, topic).await,
         Command::Produce(args) => produce(config, args).await,
         Command::Consume(args) => consume(config, args).await,
-        Command::Group(group) => run_group(group),
+        Command::Group(group) => run_group(config, group).await,
         Command::Broker(_) => unreachable!("the broker runs without a tokio runtime"),
     }
 }
@@ -171,11 +177,16 @@ async fn check_acks(
 }
 
 async fn consume(config: ClientConfig, args: ConsumeArgs) -> anyhow::Result<()> {
-    let consumer_config = ConsumerConfig {
-        group_id: args.group.clone(),
-        ..ConsumerConfig::default()
+    let fields = RecordFields {
+        timestamp: args.print_timestamp,
+        partition: args.print_partition,
+        offset: args.print_offset,
+        key: args.print_key,
     };
-    let mut consumer = Consumer::new(config, consumer_config).await?;
+    if let Some(group) = &args.group {
+        return consume_in_group(config, &args, group, fields).await;
+    }
+    let mut consumer = Consumer::new(config, ConsumerConfig::default()).await?;
     let partitions = match args.partition {
         Some(p) => vec![TopicPartition::new(&args.topic, p)],
         None => consumer.partitions_for(&args.topic).await?,
@@ -185,13 +196,37 @@ async fn consume(config: ClientConfig, args: ConsumeArgs) -> anyhow::Result<()> 
     for tp in &partitions {
         consumer.seek(tp, start).await?;
     }
-    let fields = RecordFields {
-        timestamp: args.print_timestamp,
-        partition: args.print_partition,
-        offset: args.print_offset,
-        key: args.print_key,
+    let printed = print_records(&mut consumer, &args, fields, false).await?;
+    eprintln!("Processed a total of {printed} messages");
+    Ok(())
+}
+
+/// `consume --group G`: joins, prints, commits what it printed, leaves.
+async fn consume_in_group(
+    config: ClientConfig,
+    args: &ConsumeArgs,
+    group: &str,
+    fields: RecordFields,
+) -> anyhow::Result<()> {
+    if args.offset.is_some() {
+        bail!("--offset cannot be combined with --group (the group's committed offsets decide)");
+    }
+    let consumer_config = ConsumerConfig {
+        group_id: Some(group.to_string()),
+        auto_offset_reset: if args.from_beginning {
+            OffsetReset::Earliest
+        } else {
+            OffsetReset::Latest
+        },
+        enable_auto_commit: false,
+        ..ConsumerConfig::default()
     };
-    let printed = print_records(&mut consumer, &args, fields).await?;
+    let mut consumer = Consumer::new(config, consumer_config).await?;
+    consumer.subscribe(&[args.topic.as_str()]).await?;
+    let result = print_records(&mut consumer, args, fields, true).await;
+    let closed = consumer.close().await;
+    let printed = result?;
+    closed?;
     eprintln!("Processed a total of {printed} messages");
     Ok(())
 }
@@ -213,10 +248,12 @@ fn start_offset(args: &ConsumeArgs) -> anyhow::Result<Offset> {
 }
 
 /// Polls and prints until `--max-messages` records or `--timeout-ms` without a record.
+/// With `commit`, the offsets after the printed records are committed after each poll.
 async fn print_records(
     consumer: &mut Consumer,
     args: &ConsumeArgs,
     fields: RecordFields,
+    commit: bool,
 ) -> anyhow::Result<u64> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut printed = 0u64;
@@ -237,14 +274,26 @@ async fn print_records(
         if !records.is_empty() {
             last_record = Instant::now();
         }
+        let mut next: BTreeMap<TopicPartition, i64> = BTreeMap::new();
         for record in records.iter().take((max - printed) as usize) {
             if let Err(e) = writeln!(out, "{}", record_line(record, fields)) {
                 return broken_pipe_is_fine(e, printed);
             }
             printed += 1;
+            next.insert(
+                TopicPartition::new(&*record.topic, record.partition),
+                record.offset + 1,
+            );
         }
         if let Err(e) = out.flush() {
             return broken_pipe_is_fine(e, printed);
+        }
+        if commit && !next.is_empty() {
+            let offsets: Vec<(TopicPartition, i64)> = next.into_iter().collect();
+            consumer
+                .commit_offsets_sync(&offsets)
+                .await
+                .context("committing the printed records")?;
         }
     }
     Ok(printed)
@@ -258,11 +307,189 @@ fn broken_pipe_is_fine(e: std::io::Error, printed: u64) -> anyhow::Result<u64> {
     }
 }
 
-fn run_group(command: GroupCommand) -> anyhow::Result<()> {
-    let what = match command {
-        GroupCommand::List => "borges group list".to_string(),
-        GroupCommand::Describe { group } => format!("borges group describe {group}"),
-        GroupCommand::ResetOffsets { group, .. } => format!("borges group reset-offsets {group}"),
+async fn run_group(config: ClientConfig, command: GroupCommand) -> anyhow::Result<()> {
+    let admin = Admin::new(config).await?;
+    let mut out = std::io::stdout().lock();
+    match command {
+        GroupCommand::List => {
+            for g in admin.list_groups().await? {
+                writeln!(out, "{}", g.group_id)?;
+            }
+        }
+        GroupCommand::Describe { group } => {
+            let (members, rows) = describe_group(&admin, &group).await?;
+            writeln!(out)?;
+            if members == 0 {
+                writeln!(out, "Consumer group '{group}' has no active members.")?;
+                writeln!(out)?;
+            }
+            for line in group_table(&rows) {
+                writeln!(out, "{}", line.trim_end())?;
+            }
+        }
+        GroupCommand::ResetOffsets {
+            group,
+            topic,
+            to_earliest,
+            to_latest,
+            to_offset,
+            to_datetime,
+            shift_by,
+            dry_run: _,
+            execute,
+        } => {
+            let target = match (to_earliest, to_latest, to_offset, to_datetime, shift_by) {
+                (true, ..) => ResetTarget::Earliest,
+                (_, true, ..) => ResetTarget::Latest,
+                (_, _, Some(o), ..) => ResetTarget::Offset(o),
+                (_, _, _, Some(t), _) => {
+                    ResetTarget::Time(parse_rfc3339_ms(&t).ok_or_else(|| {
+                        anyhow!(
+                            "--to-datetime `{t}` is not an RFC 3339 time like 2026-11-30T05:00:00Z"
+                        )
+                    })?)
+                }
+                (_, _, _, _, Some(n)) => ResetTarget::Shift(n),
+                _ => bail!(
+                    "give one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by"
+                ),
+            };
+            let offsets = reset_offsets(&admin, &group, &topic, target).await?;
+            if execute {
+                let commits: Vec<(TopicPartition, i64)> = offsets
+                    .iter()
+                    .map(|(p, o)| (TopicPartition::new(&topic, *p), *o))
+                    .collect();
+                admin.alter_group_offsets(&group, &commits).await?;
+            } else {
+                eprintln!("Dry run: nothing was changed (add --execute to commit these offsets).");
+            }
+            writeln!(out)?;
+            for line in reset_table(&group, &topic, &offsets) {
+                writeln!(out, "{}", line.trim_end())?;
+            }
+        }
+        GroupCommand::Delete { group } => {
+            admin.delete_groups(&[&group]).await?;
+            writeln!(
+                out,
+                "Deletion of requested consumer groups ('{group}') was successful."
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The rows of `group describe`: every partition the group owns or has committed, sorted;
+/// and the number of active members.
+async fn describe_group(admin: &Admin, group: &str) -> anyhow::Result<(usize, Vec<GroupRow>)> {
+    let description = admin.describe_groups(&[group]).await?.into_iter().next();
+    let committed = admin.list_group_offsets(group).await?;
+    let mut owners: BTreeMap<TopicPartition, (String, String, String)> = BTreeMap::new();
+    let mut members = 0;
+    if let Some(d) = &description {
+        members = d.members.len();
+        for m in &d.members {
+            for tp in &m.assignment {
+                owners.insert(
+                    tp.clone(),
+                    (
+                        m.member_id.clone(),
+                        m.client_host.clone(),
+                        m.client_id.clone(),
+                    ),
+                );
+            }
+        }
+    }
+    if members == 0 && committed.is_empty() {
+        bail!("consumer group '{group}' does not exist (no members, no committed offsets)");
+    }
+    let mut partitions: Vec<TopicPartition> = committed
+        .iter()
+        .map(|(tp, _)| tp.clone())
+        .chain(owners.keys().cloned())
+        .collect();
+    partitions.sort();
+    partitions.dedup();
+    let ends = admin
+        .list_offsets(
+            partitions
+                .iter()
+                .map(|tp| (tp.clone(), OffsetSpec::Latest))
+                .collect(),
+        )
+        .await?;
+    let rows = partitions
+        .iter()
+        .zip(ends)
+        .map(|(tp, end)| GroupRow {
+            group: group.to_string(),
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            current_offset: committed.iter().find(|(c, _)| c == tp).map(|(_, o)| *o),
+            log_end_offset: end.offset,
+            owner: owners.get(tp).cloned(),
+        })
+        .collect();
+    Ok((members, rows))
+}
+
+/// Where `group reset-offsets` moves the offsets.
+#[derive(Debug, Clone, Copy)]
+enum ResetTarget {
+    Earliest,
+    Latest,
+    Offset(i64),
+    Time(i64),
+    Shift(i64),
+}
+
+/// The new offset of every partition of `topic`, clamped to each partition's log range.
+async fn reset_offsets(
+    admin: &Admin,
+    group: &str,
+    topic: &str,
+    target: ResetTarget,
+) -> anyhow::Result<Vec<(i32, i64)>> {
+    let described = admin.describe_topics(&[topic]).await?;
+    let partitions: Vec<TopicPartition> = described[0]
+        .partitions
+        .iter()
+        .map(|p| TopicPartition::new(topic, p.partition))
+        .collect();
+    let query = |spec: OffsetSpec| {
+        partitions
+            .iter()
+            .map(|tp| (tp.clone(), spec))
+            .collect::<Vec<_>>()
     };
-    bail!("{what}: consumer groups are not implemented in this version of the SDK and CLI yet (issue 6)")
+    let earliest = admin.list_offsets(query(OffsetSpec::Earliest)).await?;
+    let latest = admin.list_offsets(query(OffsetSpec::Latest)).await?;
+    let committed = admin.list_group_offsets(group).await?;
+    let by_time = match target {
+        ResetTarget::Time(ms) => Some(admin.list_offsets(query(OffsetSpec::Timestamp(ms))).await?),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(partitions.len());
+    for (i, tp) in partitions.iter().enumerate() {
+        let (low, high) = (earliest[i].offset, latest[i].offset.max(earliest[i].offset));
+        let current = committed
+            .iter()
+            .find(|(c, _)| c == tp)
+            .map_or(low, |(_, o)| *o);
+        let wanted = match target {
+            ResetTarget::Earliest => low,
+            ResetTarget::Latest => high,
+            ResetTarget::Offset(o) => o,
+            ResetTarget::Time(_) => {
+                by_time
+                    .as_ref()
+                    .map_or(high, |t| if t[i].offset < 0 { high } else { t[i].offset })
+            }
+            ResetTarget::Shift(n) => current.saturating_add(n),
+        };
+        out.push((tp.partition, wanted.clamp(low, high)));
+    }
+    Ok(out)
 }

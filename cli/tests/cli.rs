@@ -316,14 +316,22 @@ fn errors_are_one_clear_line_and_a_non_zero_exit() {
         Some("v\n"),
     ));
     assert!(e.contains("partition 7"), "{e}");
+    let e = failed(borges(&broker, &["group", "describe", "nobody"], None));
+    assert!(e.contains("nobody"), "{e}");
     let e = failed(borges(
         &broker,
-        &["consume", "t", "--group", "g", "--max-messages", "1"],
+        &[
+            "group",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "t",
+            "--to-datetime",
+            "soon",
+        ],
         None,
     ));
-    assert!(e.contains("consumer groups"), "{e}");
-    let e = failed(borges(&broker, &["group", "list"], None));
-    assert!(e.contains("consumer groups"), "{e}");
+    assert!(e.contains("RFC 3339"), "{e}");
     let e = failed(borges(
         &broker,
         &["--bootstrap", "127.0.0.1:1", "topic", "list"],
@@ -347,6 +355,7 @@ fn every_command_has_help_with_examples() {
         &["group", "list"],
         &["group", "describe"],
         &["group", "reset-offsets"],
+        &["group", "delete"],
     ];
     for command in commands {
         let output = Command::new(env!("CARGO_BIN_EXE_borges"))
@@ -361,4 +370,146 @@ fn every_command_has_help_with_examples() {
             "{command:?} --help lacks examples:\n{text}"
         );
     }
+}
+
+#[test]
+fn consumer_groups_consume_commit_describe_reset_and_delete() {
+    let broker = BrokerProcess::start();
+    ok(borges(
+        &broker,
+        &["topic", "create", "orders", "--partitions", "4"],
+        None,
+    ));
+    ok(borges(
+        &broker,
+        &["produce", "orders", "--key-separator", ":"],
+        Some(ORDERS),
+    ));
+    let group_consume = |extra: &[&str]| {
+        let mut args = vec![
+            "consume",
+            "orders",
+            "--group",
+            "audit-svc",
+            "--print-partition",
+            "--print-offset",
+            "--print-key",
+        ];
+        args.extend_from_slice(extra);
+        ok(borges(&broker, &args, None))
+    };
+    let first = group_consume(&["--from-beginning", "--max-messages", "6"]);
+    assert_eq!(
+        by_partition_and_offset(&first),
+        [
+            "Partition:0\tOffset:0\tuser-1\tcreated order 100",
+            "Partition:0\tOffset:1\tuser-2\tcreated order 101",
+            "Partition:0\tOffset:2\tuser-1\tpaid order 100",
+            "Partition:0\tOffset:3\tuser-2\tpaid order 101",
+            "Partition:3\tOffset:0\tuser-3\tcreated order 102",
+            "Partition:3\tOffset:1\tuser-3\tpaid order 102",
+        ]
+    );
+    assert_eq!(ok(borges(&broker, &["group", "list"], None)), "audit-svc\n");
+
+    // The consumer committed what it printed and left: no members, no lag.
+    ok(borges(
+        &broker,
+        &["produce", "orders", "--key-separator", ":"],
+        Some("user-1:shipped order 100\nuser-2:shipped order 101\n"),
+    ));
+    let describe = ok(borges(&broker, &["group", "describe", "audit-svc"], None));
+    let lines: Vec<&str> = describe.lines().collect();
+    assert_eq!(lines[0], "");
+    assert_eq!(
+        lines[1],
+        "Consumer group 'audit-svc' has no active members."
+    );
+    let table: Vec<Vec<&str>> = lines[3..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        table[0],
+        [
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID"
+        ]
+    );
+    assert_eq!(
+        table[1],
+        ["audit-svc", "orders", "0", "4", "6", "2", "-", "-", "-"]
+    );
+    assert_eq!(
+        table[2],
+        ["audit-svc", "orders", "3", "2", "2", "0", "-", "-", "-"]
+    );
+    assert_eq!(table.len(), 3);
+    // Columns are aligned: every line has its fields at the header's positions.
+    let column = lines[3].find("LOG-END-OFFSET").unwrap();
+    assert_eq!(&lines[4][column..column + 1], "6");
+
+    // The group resumes where it committed.
+    let resumed = group_consume(&["--timeout-ms", "2000"]);
+    assert_eq!(
+        by_partition_and_offset(&resumed),
+        [
+            "Partition:0\tOffset:4\tuser-1\tshipped order 100",
+            "Partition:0\tOffset:5\tuser-2\tshipped order 101"
+        ]
+    );
+
+    // Reset: a dry run changes nothing; --execute does.
+    let dry = ok(borges(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "audit-svc",
+            "--topic",
+            "orders",
+            "--shift-by",
+            "-1",
+        ],
+        None,
+    ));
+    let rows: Vec<Vec<&str>> = dry
+        .lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["audit-svc", "orders", "0", "5"]);
+    assert_eq!(rows[3], ["audit-svc", "orders", "3", "1"]);
+    let replay = ok(borges(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "audit-svc",
+            "--topic",
+            "orders",
+            "--to-earliest",
+            "--execute",
+        ],
+        None,
+    ));
+    assert_eq!(
+        replay.lines().nth(1),
+        Some("GROUP     TOPIC  PARTITION  NEW-OFFSET")
+    );
+    let all = group_consume(&["--max-messages", "8"]);
+    assert_eq!(all.lines().count(), 8);
+
+    assert_eq!(
+        ok(borges(&broker, &["group", "delete", "audit-svc"], None)),
+        "Deletion of requested consumer groups ('audit-svc') was successful.\n"
+    );
+    assert_eq!(ok(borges(&broker, &["group", "list"], None)), "");
 }

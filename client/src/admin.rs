@@ -255,7 +255,10 @@ impl Admin {
             .groups
             .unwrap_or_default()
             .into_iter()
-            .map(|g| GroupListing { group_id: g.group_id, state: g.group_state.unwrap_or_default() })
+            .map(|g| GroupListing {
+                group_id: g.group_id,
+                state: g.group_state.unwrap_or_default(),
+            })
             .collect();
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         Ok(groups)
@@ -269,7 +272,10 @@ impl Admin {
         });
         let frame = self
             .core
-            .call_any(ApiKey::DescribeGroups, codec::encode(|fbb| request.pack(fbb)))
+            .call_any(
+                ApiKey::DescribeGroups,
+                codec::encode(|fbb| request.pack(fbb)),
+            )
             .await?;
         let response = decode!(DescribeGroupsResponse, frame)?;
         check_code(response.error_code, response.error_message)?;
@@ -285,7 +291,9 @@ impl Admin {
                     member_epoch: m.member_epoch,
                     client_id: m.client_id.unwrap_or_default(),
                     client_host: m.client_host.unwrap_or_default(),
-                    assignment: group::partitions(&group::from_wire(&m.assignment.unwrap_or_default())),
+                    assignment: group::partitions(&group::from_wire(
+                        &m.assignment.unwrap_or_default(),
+                    )),
                 })
                 .collect();
             out.push(GroupDescription {
@@ -302,12 +310,19 @@ impl Admin {
     pub async fn list_group_offsets(&self, group_id: &str) -> Result<Vec<(TopicPartition, i64)>> {
         let addr = group::find_coordinator(&self.core, group_id).await?;
         let committed = group::fetch_committed(&self.core, &addr, group_id, None).await?;
-        Ok(committed.into_iter().filter_map(|(tp, o)| o.map(|o| (tp, o))).collect())
+        Ok(committed
+            .into_iter()
+            .filter_map(|(tp, o)| o.map(|o| (tp, o)))
+            .collect())
     }
 
     /// Sets committed offsets of `group` (each the next offset to read). The coordinator
     /// accepts this only while the group has no active members (`NonEmptyGroup` otherwise).
-    pub async fn alter_group_offsets(&self, group_id: &str, offsets: &[(TopicPartition, i64)]) -> Result<()> {
+    pub async fn alter_group_offsets(
+        &self,
+        group_id: &str,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<()> {
         let addr = group::find_coordinator(&self.core, group_id).await?;
         group::commit(&self.core, &addr, group_id, "", -1, offsets).await
     }

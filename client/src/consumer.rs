@@ -102,7 +102,9 @@ impl Consumer {
     pub async fn new(client: ClientConfig, config: ConsumerConfig) -> Result<Consumer> {
         config.validate()?;
         if config.group_id.as_deref() == Some("") {
-            return Err(ClientError::InvalidConfig("group_id must not be empty".into()));
+            return Err(ClientError::InvalidConfig(
+                "group_id must not be empty".into(),
+            ));
         }
         let core = ClientCore::new(client, CONSUMER_IN_FLIGHT_REQUESTS_MAX)?;
         core.refresh_metadata(Some(&[])).await?;
@@ -234,10 +236,14 @@ impl Consumer {
     /// start from the group's committed offsets, else per `auto_offset_reset`.
     pub async fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
         let Some(group_id) = self.config.group_id.clone() else {
-            return Err(ClientError::InvalidConfig("subscribe needs ConsumerConfig::group_id".into()));
+            return Err(ClientError::InvalidConfig(
+                "subscribe needs ConsumerConfig::group_id".into(),
+            ));
         };
         if topics.is_empty() {
-            return Err(ClientError::InvalidArgument("subscribe to at least one topic".into()));
+            return Err(ClientError::InvalidArgument(
+                "subscribe to at least one topic".into(),
+            ));
         }
         let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
         if let Some(group) = &self.group {
@@ -301,13 +307,17 @@ impl Consumer {
             attempts += 1;
             let (member_id, epoch) = self.member().unwrap_or((String::new(), -1));
             let result = match self.coordinator(&group_id).await {
-                Ok(addr) => group::commit(&self.core, &addr, &group_id, &member_id, epoch, offsets).await,
+                Ok(addr) => {
+                    group::commit(&self.core, &addr, &group_id, &member_id, epoch, offsets).await
+                }
                 Err(e) => Err(e),
             };
             match result {
                 Err(e) if e.is_retriable() && attempts < 10 => {
-                    if matches!(e.code(), Some(ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable))
-                        || e.needs_metadata_refresh()
+                    if matches!(
+                        e.code(),
+                        Some(ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable)
+                    ) || e.needs_metadata_refresh()
                     {
                         if let Some(g) = &self.group {
                             g.lock().coordinator = None;
@@ -329,7 +339,10 @@ impl Consumer {
             .filter_map(|(tp, s)| s.position.map(|p| (tp.clone(), p)))
             .collect();
         let (member_id, epoch) = self.member().unwrap_or((String::new(), -1));
-        let coordinator = self.group.as_ref().and_then(|g| g.lock().coordinator.clone());
+        let coordinator = self
+            .group
+            .as_ref()
+            .and_then(|g| g.lock().coordinator.clone());
         let core = self.core.clone();
         tokio::spawn(async move {
             let addr = match coordinator {
@@ -337,7 +350,9 @@ impl Consumer {
                 None => group::find_coordinator(&core, &group_id).await,
             };
             let result = match addr {
-                Ok(addr) => group::commit(&core, &addr, &group_id, &member_id, epoch, &offsets).await,
+                Ok(addr) => {
+                    group::commit(&core, &addr, &group_id, &member_id, epoch, &offsets).await
+                }
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
@@ -348,7 +363,10 @@ impl Consumer {
     }
 
     /// The group's committed offsets of `partitions` (`None` where nothing is committed).
-    pub async fn committed(&self, partitions: &[TopicPartition]) -> Result<Vec<(TopicPartition, Option<i64>)>> {
+    pub async fn committed(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Option<i64>)>> {
         let group_id = self.group_id()?;
         let addr = self.coordinator(&group_id).await?;
         group::fetch_committed(&self.core, &addr, &group_id, Some(partitions)).await
@@ -376,14 +394,17 @@ impl Consumer {
     }
 
     fn group_id(&self) -> Result<String> {
-        self.config
-            .group_id
-            .clone()
-            .ok_or_else(|| ClientError::InvalidConfig("committing needs ConsumerConfig::group_id".into()))
+        self.config.group_id.clone().ok_or_else(|| {
+            ClientError::InvalidConfig("committing needs ConsumerConfig::group_id".into())
+        })
     }
 
     async fn coordinator(&self, group_id: &str) -> Result<String> {
-        if let Some(addr) = self.group.as_ref().and_then(|g| g.lock().coordinator.clone()) {
+        if let Some(addr) = self
+            .group
+            .as_ref()
+            .and_then(|g| g.lock().coordinator.clone())
+        {
             return Ok(addr);
         }
         let addr = group::find_coordinator(&self.core, group_id).await?;
@@ -407,7 +428,9 @@ impl Consumer {
     /// Applies the coordinator's latest assignment: revoked partitions first (auto-commit,
     /// listener), then new ones from their committed offsets; reports what is owned now.
     async fn reconcile_group(&mut self) -> Result<()> {
-        let Some(group) = &self.group else { return Ok(()) };
+        let Some(group) = &self.group else {
+            return Ok(());
+        };
         let (target, error) = {
             let mut s = group.lock();
             (s.target.take(), s.error.take())
@@ -417,11 +440,23 @@ impl Consumer {
         }
         let Some(target) = target else { return Ok(()) };
         let current = group::assignment_of(self.partitions.keys());
-        let revoked: Vec<TopicPartition> =
-            self.partitions.keys().filter(|tp| !target.get(&tp.topic).is_some_and(|ps| ps.contains(&tp.partition))).cloned().collect();
+        let revoked: Vec<TopicPartition> = self
+            .partitions
+            .keys()
+            .filter(|tp| {
+                !target
+                    .get(&tp.topic)
+                    .is_some_and(|ps| ps.contains(&tp.partition))
+            })
+            .cloned()
+            .collect();
         let added: Vec<TopicPartition> = group::partitions(&target)
             .into_iter()
-            .filter(|tp| !current.get(&tp.topic).is_some_and(|ps| ps.contains(&tp.partition)))
+            .filter(|tp| {
+                !current
+                    .get(&tp.topic)
+                    .is_some_and(|ps| ps.contains(&tp.partition))
+            })
             .collect();
         if !revoked.is_empty() {
             self.revoke(&revoked).await;
@@ -450,7 +485,12 @@ impl Consumer {
         if self.config.enable_auto_commit && self.member().is_some_and(|(_, epoch)| epoch > 0) {
             let offsets: Vec<(TopicPartition, i64)> = revoked
                 .iter()
-                .filter_map(|tp| self.partitions.get(tp).and_then(|s| s.position).map(|p| (tp.clone(), p)))
+                .filter_map(|tp| {
+                    self.partitions
+                        .get(tp)
+                        .and_then(|s| s.position)
+                        .map(|p| (tp.clone(), p))
+                })
                 .collect();
             if let Err(e) = self.commit_offsets_sync(&offsets).await {
                 tracing::warn!(error = %e, "commit of revoked partitions failed");
@@ -463,7 +503,8 @@ impl Consumer {
             self.partitions.remove(tp);
         }
         let partitions = &self.partitions;
-        self.buffered.retain(|r| partitions.contains_key(&TopicPartition::new(&*r.topic, r.partition)));
+        self.buffered
+            .retain(|r| partitions.contains_key(&TopicPartition::new(&*r.topic, r.partition)));
     }
 
     async fn take_partitions(&mut self, added: &[TopicPartition]) -> Result<()> {
@@ -472,9 +513,14 @@ impl Consumer {
         let committed = group::fetch_committed(&self.core, &addr, &group_id, Some(added)).await?;
         let mut topics: Vec<String> = added.iter().map(|tp| tp.topic.clone()).collect();
         topics.dedup();
-        self.core.metadata_for(&topics, self.core.config.request_timeout_ms).await?;
+        self.core
+            .metadata_for(&topics, self.core.config.request_timeout_ms)
+            .await?;
         for tp in added {
-            let position = committed.iter().find(|(c, _)| c == tp).and_then(|(_, o)| *o);
+            let position = committed
+                .iter()
+                .find(|(c, _)| c == tp)
+                .and_then(|(_, o)| *o);
             self.partitions.insert(
                 tp.clone(),
                 PartitionState {
@@ -496,7 +542,8 @@ impl Consumer {
     async fn auto_commit(&mut self) {
         let due = self.config.enable_auto_commit
             && self.group.is_some()
-            && self.last_auto_commit.elapsed() >= Duration::from_millis(self.config.auto_commit_interval_ms);
+            && self.last_auto_commit.elapsed()
+                >= Duration::from_millis(self.config.auto_commit_interval_ms);
         if !due {
             return;
         }

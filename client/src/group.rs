@@ -160,7 +160,9 @@ async fn heartbeat_loop(
         }
         let interval_ms = match result {
             Ok(reply) => {
-                let interval_ms = u64::try_from(reply.heartbeat_interval_ms).unwrap_or(1_000).max(10);
+                let interval_ms = u64::try_from(reply.heartbeat_interval_ms)
+                    .unwrap_or(1_000)
+                    .max(10);
                 apply_reply(&mut lock(&state), reply);
                 replied.notify_waiters();
                 interval_ms
@@ -247,7 +249,10 @@ fn heartbeat_request(settings: &GroupSettings, state: &Membership) -> Vec<u8> {
 async fn heartbeat(core: &ClientCore, addr: &str, message: Vec<u8>) -> Result<HeartbeatReply> {
     let conn = core.connection(addr).await?;
     let frame = conn
-        .call(crate::connection::Request::new(ApiKey::ConsumerGroupHeartbeat, message), core.config.request_timeout_ms)
+        .call(
+            crate::connection::Request::new(ApiKey::ConsumerGroupHeartbeat, message),
+            core.config.request_timeout_ms,
+        )
         .await?;
     let response = decode!(ConsumerGroupHeartbeatResponse, frame)?;
     check_code(response.error_code, response.error_message)?;
@@ -266,7 +271,10 @@ pub(crate) async fn find_coordinator(core: &ClientCore, group: &str) -> Result<S
         keys: Some(vec![group.to_string()]),
     });
     let frame = core
-        .call_any(ApiKey::FindCoordinator, codec::encode(|fbb| request.pack(fbb)))
+        .call_any(
+            ApiKey::FindCoordinator,
+            codec::encode(|fbb| request.pack(fbb)),
+        )
         .await?;
     let response = decode!(FindCoordinatorResponse, frame)?;
     check_code(response.error_code, response.error_message)?;
@@ -298,11 +306,14 @@ pub(crate) async fn commit(
 ) -> Result<()> {
     let mut topics: BTreeMap<&str, Vec<wire::OffsetCommitPartitionT>> = BTreeMap::new();
     for (tp, offset) in offsets {
-        topics.entry(&tp.topic).or_default().push(obj!(wire::OffsetCommitPartitionT {
-            partition: tp.partition,
-            committed_offset: *offset,
-            committed_leader_epoch: -1,
-        }));
+        topics
+            .entry(&tp.topic)
+            .or_default()
+            .push(obj!(wire::OffsetCommitPartitionT {
+                partition: tp.partition,
+                committed_offset: *offset,
+                committed_leader_epoch: -1,
+            }));
     }
     let request = obj!(wire::OffsetCommitRequestT {
         group_id: group.to_string(),
@@ -311,13 +322,22 @@ pub(crate) async fn commit(
         topics: Some(
             topics
                 .into_iter()
-                .map(|(name, partitions)| obj!(wire::OffsetCommitTopicT { name: name.to_string(), partitions: Some(partitions) }))
+                .map(|(name, partitions)| obj!(wire::OffsetCommitTopicT {
+                    name: name.to_string(),
+                    partitions: Some(partitions)
+                }))
                 .collect(),
         ),
     });
     let conn = core.connection(addr).await?;
     let frame = conn
-        .call(crate::connection::Request::new(ApiKey::OffsetCommit, codec::encode(|fbb| request.pack(fbb))), core.config.request_timeout_ms)
+        .call(
+            crate::connection::Request::new(
+                ApiKey::OffsetCommit,
+                codec::encode(|fbb| request.pack(fbb)),
+            ),
+            core.config.request_timeout_ms,
+        )
         .await?;
     let response = decode!(OffsetCommitResponse, frame)?;
     check_code(response.error_code, response.error_message)?;
@@ -340,7 +360,10 @@ pub(crate) async fn fetch_committed(
     let topics = partitions.map(|ps| {
         let mut by_topic: Assignment = BTreeMap::new();
         for tp in ps {
-            by_topic.entry(tp.topic.clone()).or_default().insert(tp.partition);
+            by_topic
+                .entry(tp.topic.clone())
+                .or_default()
+                .insert(tp.partition);
         }
         to_wire(&by_topic)
     });
@@ -351,7 +374,13 @@ pub(crate) async fn fetch_committed(
     });
     let conn = core.connection(addr).await?;
     let frame = conn
-        .call(crate::connection::Request::new(ApiKey::OffsetFetch, codec::encode(|fbb| request.pack(fbb))), core.config.request_timeout_ms)
+        .call(
+            crate::connection::Request::new(
+                ApiKey::OffsetFetch,
+                codec::encode(|fbb| request.pack(fbb)),
+            ),
+            core.config.request_timeout_ms,
+        )
         .await?;
     let response = decode!(OffsetFetchResponse, frame)?;
     check_code(response.error_code, response.error_message)?;
@@ -376,10 +405,14 @@ pub(crate) fn partitions(assignment: &Assignment) -> Vec<TopicPartition> {
 }
 
 /// An assignment from topic-partitions.
-pub(crate) fn assignment_of<'a>(partitions: impl IntoIterator<Item = &'a TopicPartition>) -> Assignment {
+pub(crate) fn assignment_of<'a>(
+    partitions: impl IntoIterator<Item = &'a TopicPartition>,
+) -> Assignment {
     let mut out = Assignment::new();
     for tp in partitions {
-        out.entry(tp.topic.clone()).or_default().insert(tp.partition);
+        out.entry(tp.topic.clone())
+            .or_default()
+            .insert(tp.partition);
     }
     out
 }
@@ -387,7 +420,12 @@ pub(crate) fn assignment_of<'a>(partitions: impl IntoIterator<Item = &'a TopicPa
 pub(crate) fn to_wire(assignment: &Assignment) -> Vec<wire::TopicPartitionsT> {
     assignment
         .iter()
-        .map(|(t, ps)| obj!(wire::TopicPartitionsT { topic: t.clone(), partitions: Some(ps.iter().copied().collect()) }))
+        .map(|(t, ps)| {
+            obj!(wire::TopicPartitionsT {
+                topic: t.clone(),
+                partitions: Some(ps.iter().copied().collect())
+            })
+        })
         .collect()
 }
 
@@ -407,29 +445,65 @@ mod tests {
     use super::*;
 
     fn a(pairs: &[(&str, &[i32])]) -> Assignment {
-        pairs.iter().map(|(t, ps)| (t.to_string(), ps.iter().copied().collect())).collect()
+        pairs
+            .iter()
+            .map(|(t, ps)| (t.to_string(), ps.iter().copied().collect()))
+            .collect()
     }
 
     #[test]
     fn replies_publish_only_assignments_that_differ_from_what_is_owned() {
-        let mut s = Membership { owned: a(&[("t", &[0, 1])]), ..Membership::default() };
-        apply_reply(&mut s, HeartbeatReply { member_id: "m".into(), member_epoch: 3, heartbeat_interval_ms: 100, assignment: Some(a(&[("t", &[0, 1])])) });
+        let mut s = Membership {
+            owned: a(&[("t", &[0, 1])]),
+            ..Membership::default()
+        };
+        apply_reply(
+            &mut s,
+            HeartbeatReply {
+                member_id: "m".into(),
+                member_epoch: 3,
+                heartbeat_interval_ms: 100,
+                assignment: Some(a(&[("t", &[0, 1])])),
+            },
+        );
         assert_eq!((s.member_id.as_str(), s.epoch), ("m", 3));
         assert!(s.target.is_none());
-        apply_reply(&mut s, HeartbeatReply { member_id: "m".into(), member_epoch: 3, heartbeat_interval_ms: 100, assignment: Some(a(&[("t", &[1])])) });
+        apply_reply(
+            &mut s,
+            HeartbeatReply {
+                member_id: "m".into(),
+                member_epoch: 3,
+                heartbeat_interval_ms: 100,
+                assignment: Some(a(&[("t", &[1])])),
+            },
+        );
         assert_eq!(s.target, Some(a(&[("t", &[1])])));
     }
 
     #[test]
     fn fenced_members_drop_everything_and_rejoin_while_other_errors_retry_or_stop() {
-        let mut s = Membership { epoch: 5, owned: a(&[("t", &[0])]), coordinator: Some("h:1".into()), ..Membership::default() };
-        handle_error(&mut s, ClientError::from_code(ErrorCode::FencedMemberEpoch as u16, None).unwrap());
+        let mut s = Membership {
+            epoch: 5,
+            owned: a(&[("t", &[0])]),
+            coordinator: Some("h:1".into()),
+            ..Membership::default()
+        };
+        handle_error(
+            &mut s,
+            ClientError::from_code(ErrorCode::FencedMemberEpoch as u16, None).unwrap(),
+        );
         assert_eq!(s.epoch, 0);
         assert_eq!(s.target, Some(Assignment::new()));
-        handle_error(&mut s, ClientError::from_code(ErrorCode::NotCoordinator as u16, None).unwrap());
+        handle_error(
+            &mut s,
+            ClientError::from_code(ErrorCode::NotCoordinator as u16, None).unwrap(),
+        );
         assert!(s.coordinator.is_none());
         assert!(s.error.is_none());
-        handle_error(&mut s, ClientError::from_code(ErrorCode::InvalidGroupId as u16, None).unwrap());
+        handle_error(
+            &mut s,
+            ClientError::from_code(ErrorCode::InvalidGroupId as u16, None).unwrap(),
+        );
         assert!(s.error.is_some());
     }
 
