@@ -150,3 +150,52 @@ async fn admin_lists_describes_resets_and_deletes_groups() {
     let groups = admin.list_groups().await.unwrap();
     assert!(!groups.iter().any(|g| g.group_id == "g"), "{groups:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_member_hands_its_partitions_over_and_offsets_survive_a_broker_restart() {
+    let mut broker = broker();
+    create_topic(&broker, "jobs", 4).await;
+    produce(&broker, "jobs", 0, 100).await;
+    let mut stays = member(&broker, "crew", "jobs").await;
+    let mut leaves = member(&broker, "crew", "jobs").await;
+    let guard = Instant::now() + Duration::from_secs(60);
+    // Records either member returned: `leaves` commits what it read (auto-commit, and on
+    // close), so `stays` continues from there on the partitions it takes over.
+    let mut seen = HashSet::new();
+    while !(stays.assignment().len() == 2 && leaves.assignment().len() == 2)
+        && Instant::now() < guard
+    {
+        for c in [&mut stays, &mut leaves] {
+            for r in c.poll(Duration::from_millis(100)).await.unwrap() {
+                seen.insert(text(&r.value));
+            }
+        }
+    }
+    assert_eq!(leaves.assignment().len(), 2);
+    leaves.close().await.unwrap();
+    while !(stays.assignment().len() == 4 && seen.len() == 100) && Instant::now() < guard {
+        for r in stays.poll(Duration::from_millis(100)).await.unwrap() {
+            seen.insert(text(&r.value));
+        }
+    }
+    assert_eq!(
+        stays.assignment().len(),
+        4,
+        "the remaining member owns every partition"
+    );
+    assert_eq!(seen.len(), 100);
+    stays.commit_sync().await.unwrap();
+    stays.close().await.unwrap();
+
+    let admin = Admin::new(config(&broker)).await.unwrap();
+    let before = admin.list_group_offsets("crew").await.unwrap();
+    assert_eq!(before.iter().map(|(_, o)| o).sum::<i64>(), 100);
+    let broker = tokio::task::spawn_blocking(move || {
+        broker.restart();
+        broker
+    })
+    .await
+    .unwrap();
+    let admin = Admin::new(config(&broker)).await.unwrap();
+    assert_eq!(admin.list_group_offsets("crew").await.unwrap(), before);
+}
