@@ -316,6 +316,12 @@ fn errors_are_one_clear_line_and_a_non_zero_exit() {
         Some("v\n"),
     ));
     assert!(e.contains("partition 7"), "{e}");
+    let e = failed(borges(
+        &broker,
+        &["consume", "missing", "--max-messages", "1"],
+        None,
+    ));
+    assert!(e.contains("UnknownTopicOrPartition"), "{e}");
     let e = failed(borges(&broker, &["group", "describe", "nobody"], None));
     assert!(e.contains("nobody"), "{e}");
     let e = failed(borges(

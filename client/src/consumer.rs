@@ -27,6 +27,10 @@ use crate::types::{ConsumerRecord, Offset, OffsetSpec, TopicPartition};
 
 /// Pipelined requests per consumer connection (one fetch plus offset lookups).
 const CONSUMER_IN_FLIGHT_REQUESTS_MAX: usize = 4;
+/// How long `partitions_for` and `assign` wait for a topic to appear in the metadata: a
+/// consumer reads existing topics, so an unknown topic fails after one fresh lookup plus a
+/// short grace period.
+const TOPIC_METADATA_WAIT_MS: u64 = 1_000;
 
 /// Callbacks for group mode (arrives with the consumer-group issue): the group coordinator
 /// assigns partitions to members; a member hears about changes through this listener.
@@ -131,7 +135,7 @@ impl Consumer {
         let topics = [topic.to_string()];
         let metadata = self
             .core
-            .metadata_for(&topics, self.core.config.request_timeout_ms)
+            .metadata_for(&topics, TOPIC_METADATA_WAIT_MS)
             .await?;
         let meta = &metadata.topics[topic];
         Ok(meta
@@ -154,7 +158,7 @@ impl Consumer {
         topics.dedup();
         let metadata = self
             .core
-            .metadata_for(&topics, self.core.config.request_timeout_ms)
+            .metadata_for(&topics, TOPIC_METADATA_WAIT_MS)
             .await?;
         for tp in &partitions {
             if metadata
