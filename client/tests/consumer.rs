@@ -5,8 +5,8 @@ mod common;
 use std::time::Duration;
 
 use borges_client::{
-    ClientConfig, Consumer, ConsumerConfig, Offset, OffsetReset, Producer, ProducerConfig,
-    ProducerRecord,
+    ClientConfig, ClientError, Consumer, ConsumerConfig, Offset, OffsetReset, Producer,
+    ProducerConfig, ProducerRecord,
 };
 use common::*;
 
@@ -136,7 +136,7 @@ async fn a_waiting_consumer_sees_new_records_and_latest_reset_skips_old_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn earliest_reset_reads_everything_and_group_mode_is_refused_clearly() {
+async fn earliest_reset_reads_everything_and_assign_and_subscribe_exclude_each_other() {
     let broker = broker();
     create_topic(&broker, "reset", 1).await;
     produce_timestamps(&broker, "reset").await;
@@ -150,13 +150,19 @@ async fn earliest_reset_reads_everything_and_group_mode_is_refused_clearly() {
     consumer.assign(vec![tp("reset", 0)]).await.unwrap();
     assert_eq!(poll_values(&mut consumer, 10).await.len(), 10);
 
+    // Subscribing needs a group id.
+    let err = consumer.subscribe(&["reset"]).await.unwrap_err();
+    assert!(matches!(err, ClientError::InvalidConfig(_)), "{err}");
+
     let group = ConsumerConfig {
         group_id: Some("g".into()),
         ..ConsumerConfig::default()
     };
-    let err = Consumer::new(ClientConfig::new(&broker.bootstrap()), group)
+    let mut member = Consumer::new(ClientConfig::new(&broker.bootstrap()), group)
         .await
-        .err()
         .unwrap();
-    assert!(err.to_string().contains("consumer groups"), "{err}");
+    member.subscribe(&["reset"]).await.unwrap();
+    let err = member.assign(vec![tp("reset", 0)]).await.unwrap_err();
+    assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
+    member.close().await.unwrap();
 }
