@@ -122,6 +122,16 @@ impl ClientCore {
         })
     }
 
+    /// Sends a request to `addr` (a specific broker core) and waits for its response.
+    pub async fn call(&self, addr: &str, api_key: ApiKey, message: Vec<u8>) -> Result<Frame> {
+        let conn = self.connection(addr).await?;
+        conn.call(
+            Request::new(api_key, message),
+            self.config.request_timeout_ms,
+        )
+        .await
+    }
+
     /// Fetches metadata for `topics` (`None`: all) and merges it into the cache. Concurrent
     /// callers that asked while a refresh was running reuse its result.
     pub async fn refresh_metadata(

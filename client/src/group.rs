@@ -247,12 +247,8 @@ fn heartbeat_request(settings: &GroupSettings, state: &Membership) -> Vec<u8> {
 }
 
 async fn heartbeat(core: &ClientCore, addr: &str, message: Vec<u8>) -> Result<HeartbeatReply> {
-    let conn = core.connection(addr).await?;
-    let frame = conn
-        .call(
-            crate::connection::Request::new(ApiKey::ConsumerGroupHeartbeat, message),
-            core.config.request_timeout_ms,
-        )
+    let frame = core
+        .call(addr, ApiKey::ConsumerGroupHeartbeat, message)
         .await?;
     let response = decode!(ConsumerGroupHeartbeatResponse, frame)?;
     check_code(response.error_code, response.error_message)?;
@@ -329,14 +325,11 @@ pub(crate) async fn commit(
                 .collect(),
         ),
     });
-    let conn = core.connection(addr).await?;
-    let frame = conn
+    let frame = core
         .call(
-            crate::connection::Request::new(
-                ApiKey::OffsetCommit,
-                codec::encode(|fbb| request.pack(fbb)),
-            ),
-            core.config.request_timeout_ms,
+            addr,
+            ApiKey::OffsetCommit,
+            codec::encode(|fbb| request.pack(fbb)),
         )
         .await?;
     let response = decode!(OffsetCommitResponse, frame)?;
@@ -372,14 +365,11 @@ pub(crate) async fn fetch_committed(
         member_epoch: -1,
         topics,
     });
-    let conn = core.connection(addr).await?;
-    let frame = conn
+    let frame = core
         .call(
-            crate::connection::Request::new(
-                ApiKey::OffsetFetch,
-                codec::encode(|fbb| request.pack(fbb)),
-            ),
-            core.config.request_timeout_ms,
+            addr,
+            ApiKey::OffsetFetch,
+            codec::encode(|fbb| request.pack(fbb)),
         )
         .await?;
     let response = decode!(OffsetFetchResponse, frame)?;
