@@ -340,6 +340,7 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, mut writer: Wri
         let Some(log) = weak.upgrade() else {
             return;
         };
+        tracing::trace!(dir = %log.dir.display(), "flusher step");
         let step = log.flusher_step(&mut writer).await;
         drop(log);
         match step {
@@ -351,8 +352,12 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, mut writer: Wri
                 }
                 return;
             }
-            Step::Idle(None) => work.changed_since(seen).await,
+            Step::Idle(None) => {
+                tracing::trace!("flusher idle");
+                work.changed_since(seen).await;
+            }
             Step::Idle(Some(d)) => {
+                tracing::trace!(?d, "flusher idle with deadline");
                 borges_runtime::time::timeout(d, work.changed_since(seen)).await;
             }
         }

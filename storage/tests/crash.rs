@@ -37,7 +37,9 @@ fn run_and_kill(dir: &std::path::Path, durability: &str, min_acked: i64) -> i64 
 }
 
 fn check_recovered(dir: &std::path::Path, durability: Durability, acked: i64) -> i64 {
-    run(|| async {
+    let root = dir.to_path_buf();
+    run(move || async move {
+        let dir = root.as_path();
         let core = core(dir, storage_config()).await;
         let config = LogConfig {
             segment_size_bytes: 256 * 1024,

@@ -8,14 +8,11 @@ use common::*;
 #[test]
 fn append_assigns_offsets_and_reads_return_exactly_what_was_appended() {
     let dir = tempfile::tempdir().unwrap();
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
-        let log = open(
-            &core,
-            &dir.path().join("t-0"),
-            small_config(Durability::Fsync),
-        )
-        .await;
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
+        let log = open(&core, &dir.join("t-0"), small_config(Durability::Fsync)).await;
         let mut expected = Vec::new();
         let mut next = 0u64;
         for i in 0..200u32 {
@@ -65,14 +62,11 @@ fn append_assigns_offsets_and_reads_return_exactly_what_was_appended() {
 #[test]
 fn reads_are_batch_aligned_and_respect_max_bytes_with_file_and_memory_chunks() {
     let dir = tempfile::tempdir().unwrap();
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
-        let log = open(
-            &core,
-            &dir.path().join("t-0"),
-            small_config(Durability::None),
-        )
-        .await;
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
+        let log = open(&core, &dir.join("t-0"), small_config(Durability::None)).await;
         let mut sizes = Vec::new();
         let mut next = 0u64;
         for i in 0..300u32 {
@@ -129,8 +123,10 @@ fn reads_are_batch_aligned_and_respect_max_bytes_with_file_and_memory_chunks() {
 fn close_and_reopen_keeps_everything_and_continues_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-1");
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
         let log = open(&core, &path, small_config(Durability::Interval)).await;
         for i in 0..100u64 {
             log.append(vec![batch(i * 3, 3, 10 + i as i64, 100)], 1)
@@ -167,8 +163,10 @@ fn close_and_reopen_keeps_everything_and_continues_offsets() {
 fn lookups_by_timestamp_are_record_exact() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-2");
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
         let log = open(&core, &path, small_config(Durability::Fsync)).await;
         // Batch i holds 4 records with timestamps 1000*i .. 1000*i+3; batch 50 is zstd with
         // older timestamps, and batch 60 holds the maximum.
@@ -232,8 +230,10 @@ async fn return_check(log: &borges_storage::PartitionLog) {
 fn retention_deletes_whole_closed_segments_and_moves_the_log_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-3");
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
         let mut config = small_config(Durability::Fsync);
         config.retention_bytes = 40 * 1024;
         let log = open(&core, &path, config.clone()).await;
@@ -294,8 +294,10 @@ fn retention_deletes_whole_closed_segments_and_moves_the_log_start() {
 fn truncate_to_cuts_whole_batches_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-4");
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
         let log = open(&core, &path, small_config(Durability::Fsync)).await;
         for i in 0..200u64 {
             log.append(vec![batch(i * 2, 2, i as i64, 100)], (i / 50) as i32)
@@ -333,16 +335,13 @@ fn truncate_to_cuts_whole_batches_and_survives_reopen() {
 #[test]
 fn ack_waiters_see_truncation_and_busy_budget_is_enforced() {
     let dir = tempfile::tempdir().unwrap();
-    run(|| async {
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
         let mut cfg = storage_config();
         cfg.write_buffer_bytes_max = 8 * 1024;
-        let core = core(dir.path(), cfg).await;
-        let log = open(
-            &core,
-            &dir.path().join("t-5"),
-            small_config(Durability::None),
-        )
-        .await;
+        let core = core(dir, cfg).await;
+        let log = open(&core, &dir.join("t-5"), small_config(Durability::None)).await;
         log.append(vec![batch(0, 1, 0, 6000)], 0).unwrap();
         let busy = log.append(vec![batch(1, 1, 0, 6000)], 0);
         assert!(matches!(busy, Err(StorageError::Busy { .. })), "{busy:?}");
@@ -358,9 +357,11 @@ fn ack_waiters_see_truncation_and_busy_budget_is_enforced() {
 #[test]
 fn invalid_batches_are_refused_without_side_effects() {
     let dir = tempfile::tempdir().unwrap();
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
-        let log = open(&core, &dir.path().join("t-6"), LogConfig::default()).await;
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
+        let log = open(&core, &dir.join("t-6"), LogConfig::default()).await;
         let good = batch(0, 2, 0, 10);
         let mut short = good.clone();
         short.truncate(good.len() - 1);
@@ -381,17 +382,14 @@ fn invalid_batches_are_refused_without_side_effects() {
 #[test]
 fn open_files_stay_bounded() {
     let dir = tempfile::tempdir().unwrap();
-    run(|| async {
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
         let mut cfg = storage_config();
         cfg.open_files_max = 3;
         cfg.tail_cache_bytes_max = 0;
-        let core = core(dir.path(), cfg).await;
-        let log = open(
-            &core,
-            &dir.path().join("t-7"),
-            small_config(Durability::None),
-        )
-        .await;
+        let core = core(dir, cfg).await;
+        let log = open(&core, &dir.join("t-7"), small_config(Durability::None)).await;
         for i in 0..300u64 {
             log.append(vec![batch(i, 1, 0, 500)], 0).unwrap();
         }

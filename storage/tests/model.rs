@@ -220,15 +220,19 @@ proptest! {
         retention in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m-0");
-        run(|| async {
+        let root = dir.path().to_path_buf();
+        let path = root.join("m-0");
+        run(move || async move {
+            let dir = &root;
             let (log_cfg, st_cfg) = configs(durability, retention);
-            let core = core(dir.path(), st_cfg).await;
+            let core = core(dir, st_cfg).await;
             let mut log = reopen(&core, &path, &log_cfg).await;
             let mut model = Model::default();
             for op in &ops {
+                tracing::trace!(?op, "model op");
                 apply(&mut log, &mut model, &core, &path, &log_cfg, op).await;
             }
+            tracing::trace!("model final check");
             // Final full check after a clean restart.
             log.close().await.expect("close");
             let log = reopen(&core, &path, &log_cfg).await;

@@ -29,7 +29,9 @@ fn unclean_config() -> (LogConfig, StorageConfig) {
 /// Appends 50 batches of 2 records (offsets 0..100), flushes, crashes. Returns the end
 /// position of every batch in segment 0.
 fn write_and_crash(dir: &Path) -> Vec<u64> {
-    run(|| async {
+    let root = dir.to_path_buf();
+    run(move || async move {
+        let dir = root.as_path();
         let (log_cfg, st_cfg) = unclean_config();
         let core = core(dir, st_cfg).await;
         let log = open(&core, &dir.join("p-0"), log_cfg).await;
@@ -50,7 +52,9 @@ fn write_and_crash(dir: &Path) -> Vec<u64> {
 fn reopen_and_read(
     dir: &Path,
 ) -> Result<(i64, Vec<borges_protocol::batch::RecordBatch>), StorageError> {
-    run(|| async {
+    let root = dir.to_path_buf();
+    run(move || async move {
+        let dir = root.as_path();
         let (log_cfg, st_cfg) = unclean_config();
         let core = core(dir, st_cfg).await;
         let log = borges_storage::PartitionLog::open(&core, dir.join("p-0"), log_cfg).await?;
@@ -134,7 +138,9 @@ fn garbage_after_the_last_batch_is_cut() {
 
 /// Closes cleanly a log of many small segments; returns the segment bases.
 fn write_closed(dir: &Path) -> Vec<i64> {
-    run(|| async {
+    let root = dir.to_path_buf();
+    run(move || async move {
+        let dir = root.as_path();
         let core = core(dir, storage_config()).await;
         let log = open(&core, &dir.join("p-0"), small_config(Durability::Fsync)).await;
         for i in 0..300u64 {
@@ -176,14 +182,13 @@ fn deleted_index_files_are_rebuilt() {
             std::fs::remove_file(segment_path(&dir.path().join("p-0"), *base, suffix)).unwrap();
         }
     }
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
-        let log = open(
-            &core,
-            &dir.path().join("p-0"),
-            small_config(Durability::Fsync),
-        )
-        .await;
+    let root = dir.path().to_path_buf();
+    let bases_in = bases.clone();
+    run(move || async move {
+        let dir = root.as_path();
+        let bases = bases_in;
+        let core = core(dir, storage_config()).await;
+        let log = open(&core, &dir.join("p-0"), small_config(Durability::Fsync)).await;
         assert_eq!(log.offsets().log_end_offset, 600);
         let batches = read_all(&log, 0, ReadBound::HighWatermark).await;
         assert_eq!(batches.len(), 300);
@@ -213,14 +218,13 @@ fn flipped_bit_in_an_old_segment_makes_the_partition_refuse_to_serve() {
     let first = segment_path(&dir.path().join("p-0"), bases[0], LOG_SUFFIX);
     let len = file_len(&first);
     modify(&first, |b| b[30] ^= 0x20);
-    run(|| async {
-        let core = core(dir.path(), storage_config()).await;
-        let log = open(
-            &core,
-            &dir.path().join("p-0"),
-            small_config(Durability::Fsync),
-        )
-        .await;
+    let root = dir.path().to_path_buf();
+    let bases_in = bases.clone();
+    run(move || async move {
+        let dir = root.as_path();
+        let bases = bases_in;
+        let core = core(dir, storage_config()).await;
+        let log = open(&core, &dir.join("p-0"), small_config(Durability::Fsync)).await;
         // The damaged segment is before the recovery point: open trusts it, reads catch it.
         let later = bases[2];
         assert!(log
@@ -242,12 +246,7 @@ fn flipped_bit_in_an_old_segment_makes_the_partition_refuse_to_serve() {
             Err(StorageError::Corrupt { .. })
         ));
         log.close().await.unwrap();
-        let log = open(
-            &core,
-            &dir.path().join("p-0"),
-            small_config(Durability::Fsync),
-        )
-        .await;
+        let log = open(&core, &dir.join("p-0"), small_config(Durability::Fsync)).await;
         let err = log.verify().await.unwrap_err();
         assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
         log.close().await.unwrap();

@@ -70,5 +70,27 @@ fn main() -> Result<(), Error> {
         Some("none") => Durability::None,
         other => return Err(format!("unknown durability {other:?}").into()),
     };
-    borges_runtime::executor::run_local(write_forever(dir, durability))?
+    // A long preemption timer: glommio 0.9 can park an executor with runnable tasks when the
+    // timer fires at the top of its loop (see storage/tests/common/mod.rs).
+    let config = borges_runtime::executor::ExecutorConfig {
+        cores: 1,
+        preempt_timer_ms: 1000,
+        ..Default::default()
+    };
+    let executors = borges_runtime::executor::start(
+        &config,
+        |_, _| (),
+        move |_, ()| {
+            let dir = dir.clone();
+            async move {
+                write_forever(dir, durability)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )?;
+    for result in executors.join() {
+        result??;
+    }
+    Ok(())
 }

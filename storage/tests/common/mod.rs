@@ -8,16 +8,19 @@ use borges_protocol::batch::{BatchBuilder, BatchOptions, Compression, RecordBatc
 use borges_storage::{CoreStorage, Durability, LogConfig, PartitionLog, ReadBound, StorageConfig};
 use bytes::{Bytes, BytesMut};
 
-/// Runs `f` on a fresh single-core glommio executor.
+/// Runs `f` on a fresh single-core executor (its own thread), one executor at a time.
 ///
-/// Executors run one at a time in a test binary: with several glommio 0.9 executors started and
-/// stopped concurrently in one process, an executor was seen to park for good in
-/// `io_uring_enter` (about one run in ten of this suite on a loaded 2-vCPU machine); serialized,
-/// 40 runs in a row passed.
+/// The executor uses a long preemption timer: glommio 0.9.0 can park an executor that still has
+/// runnable tasks when its preemption timer fires at the top of the scheduler loop (the upstream
+/// fix is "do not park the executor while a task queue is still runnable"); with the 2 ms timer
+/// of `run_local` the model test hung about one run in four on this loaded 2-vCPU machine, with
+/// 1000 ms none in 46 runs. Executors also run one at a time in a test binary (several started
+/// and stopped concurrently made the same hang more frequent).
 pub fn run<F, Fut, T>(f: F) -> T
 where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = T>,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
 {
     static ONE_EXECUTOR_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _serial = ONE_EXECUTOR_AT_A_TIME
@@ -27,7 +30,30 @@ where
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    borges_runtime::executor::run_local(f()).expect("executor starts")
+    let config = borges_runtime::executor::ExecutorConfig {
+        cores: 1,
+        preempt_timer_ms: 1000,
+        ..Default::default()
+    };
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
+    let executors = borges_runtime::executor::start(
+        &config,
+        |_, _| (),
+        move |_, ()| {
+            let f = slot
+                .lock()
+                .expect("not poisoned")
+                .take()
+                .expect("runs once");
+            f()
+        },
+    )
+    .expect("executor starts");
+    let result = executors.join().into_iter().next().expect("one core");
+    match result {
+        Ok(t) => t,
+        Err(e) => panic!("test executor failed: {e}"),
+    }
 }
 
 /// A batch of `records` records whose values encode `first_value..` and have `timestamp_ms`
