@@ -142,6 +142,10 @@ pub struct ConsumeArgs {
     /// starts from its committed offsets, and what is printed is committed.
     #[arg(long, value_name = "G", conflicts_with = "partition")]
     pub group: Option<String>,
+    /// With --group: the member is removed when it does not heartbeat for this long (the
+    /// coordinator clamps it to its limits).
+    #[arg(long, value_name = "MS", requires = "group", default_value_t = 45_000)]
+    pub session_timeout_ms: u64,
     /// Start at the oldest record instead of the end.
     #[arg(long)]
     pub from_beginning: bool,

@@ -219,6 +219,7 @@ async fn consume_in_group(
             OffsetReset::Latest
         },
         enable_auto_commit: false,
+        session_timeout_ms: args.session_timeout_ms,
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::new(config, consumer_config).await?;

@@ -160,8 +160,10 @@ async fn heartbeat_loop(
         }
         let interval_ms = match result {
             Ok(reply) => {
+                // The coordinator's interval, but never so long that the session could lapse.
                 let interval_ms = u64::try_from(reply.heartbeat_interval_ms)
                     .unwrap_or(1_000)
+                    .min(settings.session_timeout_ms / 3)
                     .max(10);
                 apply_reply(&mut lock(&state), reply);
                 replied.notify_waiters();
