@@ -109,6 +109,27 @@ impl DirectFile {
         Ok(())
     }
 
+    /// Like [`DirectFile::write_at`] but hands the buffer back for reuse once the write is done
+    /// (`None` if the runtime still holds it), so that a writer can recycle its buffers instead
+    /// of allocating (and page-faulting) fresh memory for every write.
+    pub async fn write_reusable_at(
+        &self,
+        buf: AlignedBuf,
+        position: u64,
+    ) -> (io::Result<()>, Option<AlignedBuf>) {
+        let len = buf.len();
+        let shared = std::rc::Rc::new(buf.0);
+        let result = match self.inner.write_rc_at(shared.clone(), position).await {
+            Ok(written) if written == len => Ok(()),
+            Ok(written) => Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short direct write: {written} of {len} bytes at {position}"),
+            )),
+            Err(e) => Err(e.into()),
+        };
+        (result, std::rc::Rc::try_unwrap(shared).ok().map(AlignedBuf))
+    }
+
     /// Reads up to `len` bytes at `position` (any alignment). Fewer bytes come back at the end
     /// of the file.
     pub async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadBuf> {

@@ -120,18 +120,9 @@ async fn append_run(
     let started = Instant::now();
     let mut last = 0;
     for b in batches {
-        let size = b.len() as u64;
-        let mut pending = Some(b);
-        while let Some(b) = pending.take() {
-            match log.append(vec![b.clone()], 0) {
-                Ok(info) => last = info.last_offset,
-                Err(StorageError::Busy { .. }) => {
-                    log.wait_writable(size).await;
-                    pending = Some(b);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        // Wait for room first so that append never answers Busy (which would drop the batch).
+        log.wait_writable(b.len() as u64).await;
+        last = log.append(vec![b], 0)?.last_offset;
     }
     log.wait_acked(last, AckLevel::All).await?;
     let elapsed = started.elapsed();

@@ -61,6 +61,8 @@ pub(crate) struct Writer {
     pub persisted_times: usize,
     pub last_sync: Instant,
     pub last_checkpoint: Instant,
+    /// Recycled full-size write buffers.
+    pub spare: Vec<AlignedBuf>,
 }
 
 impl Writer {
@@ -135,6 +137,7 @@ impl Writer {
             persisted_times,
             last_sync: now,
             last_checkpoint: now,
+            spare: Vec::new(),
         })
     }
 
@@ -248,13 +251,15 @@ impl StreamCopy<'_> {
 }
 
 /// Builds the aligned buffers of one round: `tail` then `batches`, starting at the aligned
-/// position, cut every `chunk_size_bytes` (aligned); the last buffer is zero-padded.
+/// position, cut every `chunk_size_bytes` (aligned); the last buffer is zero-padded. Full-size
+/// chunks come from `spare` when it has one.
 fn build_chunks(
     file: &DirectFile,
     start: u64,
     tail: &[u8],
     batches: &[Bytes],
     chunk_size_bytes: u64,
+    spare: &mut Vec<AlignedBuf>,
 ) -> (Vec<(u64, AlignedBuf)>, Vec<u8>) {
     let align = file.alignment();
     let mut parts: Vec<&[u8]> = Vec::with_capacity(batches.len() + 1);
@@ -273,10 +278,16 @@ fn build_chunks(
     let mut new_tail = Vec::new();
     while done < stream_len {
         let len = chunk_size_bytes.min(stream_len - done) as usize;
-        let buf = file.alloc_with(align_up(len as u64, align) as usize, |dst| {
-            copy.copy(&mut dst[..len]);
-            len
-        });
+        let buf = match spare.pop() {
+            Some(mut buf) if len as u64 == chunk_size_bytes && buf.len() == len => {
+                copy.copy(buf.as_bytes_mut());
+                buf
+            }
+            _ => file.alloc_with(align_up(len as u64, align) as usize, |dst| {
+                copy.copy(&mut dst[..len]);
+                len
+            }),
+        };
         if done + len as u64 == stream_len {
             let keep = len - (len as u64 % align) as usize;
             new_tail = buf.as_bytes()[keep..len].to_vec();
@@ -288,30 +299,41 @@ fn build_chunks(
 }
 
 /// Writes the chunks with at most `in_flight_max` writes at once; the first error wins.
+/// Full-size buffers go back to `spare` (at most `in_flight_max + 1` kept).
 async fn write_chunks(
     file: &Rc<DirectFile>,
     chunks: Vec<(u64, AlignedBuf)>,
     in_flight_max: usize,
+    chunk_size_bytes: u64,
+    spare: &mut Vec<AlignedBuf>,
 ) -> io::Result<()> {
-    if chunks.len() == 1 {
-        let (pos, buf) = chunks.into_iter().next().expect("one chunk");
-        return file.write_at(buf, pos).await;
-    }
-    let mut tasks = std::collections::VecDeque::new();
+    type Write = borges_runtime::task::Task<(io::Result<()>, Option<AlignedBuf>)>;
+    let mut tasks: std::collections::VecDeque<Write> = std::collections::VecDeque::new();
     let mut result = Ok(());
+    let mut recycle = |r: (io::Result<()>, Option<AlignedBuf>), result: &mut io::Result<()>| {
+        let (r, buf) = r;
+        if let Some(buf) = buf.filter(|b| b.len() as u64 == chunk_size_bytes) {
+            if spare.len() <= in_flight_max {
+                spare.push(buf);
+            }
+        }
+        if result.is_ok() {
+            *result = r;
+        }
+    };
     for (pos, buf) in chunks {
         if tasks.len() >= in_flight_max.max(1) {
-            let t: borges_runtime::task::Task<io::Result<()>> =
-                tasks.pop_front().expect("non-empty");
-            result = result.and(t.await);
+            let done = tasks.pop_front().expect("non-empty").await;
+            recycle(done, &mut result);
         }
         let f = file.clone();
         tasks.push_back(borges_runtime::task::spawn(async move {
-            f.write_at(buf, pos).await
+            f.write_reusable_at(buf, pos).await
         }));
     }
     for t in tasks {
-        result = result.and(t.await);
+        let done = t.await;
+        recycle(done, &mut result);
     }
     result
 }
@@ -529,9 +551,11 @@ impl PartitionLog {
         }
         self.ensure_allocated(w, w.position + total).await?;
         let start = align_down(w.position, w.align);
-        let (chunks, new_tail) = build_chunks(&w.file, start, &w.tail, &batches, chunk);
+        let (chunks, new_tail) =
+            build_chunks(&w.file, start, &w.tail, &batches, chunk, &mut w.spare);
         drop(batches);
-        write_chunks(&w.file, chunks, self.core.tuning.writes_in_flight_max)
+        let in_flight = self.core.tuning.writes_in_flight_max;
+        write_chunks(&w.file, chunks, in_flight, chunk, &mut w.spare)
             .await
             .map_err(|e| io_error("write", &w.log_path, e))?;
         w.position += total;
