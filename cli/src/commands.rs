@@ -271,7 +271,11 @@ async fn print_records(
             }
             None => CONSUME_POLL_MS_MAX,
         };
-        let records = consumer.poll(Duration::from_millis(wait_ms.max(1))).await?;
+        // Ctrl-C ends the command cleanly: a group member commits and leaves.
+        let records = tokio::select! {
+            records = consumer.poll(Duration::from_millis(wait_ms.max(1))) => records?,
+            _ = tokio::signal::ctrl_c() => break,
+        };
         if !records.is_empty() {
             last_record = Instant::now();
         }
