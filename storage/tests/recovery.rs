@@ -183,10 +183,8 @@ fn deleted_index_files_are_rebuilt() {
         }
     }
     let root = dir.path().to_path_buf();
-    let bases_in = bases.clone();
     run(move || async move {
         let dir = root.as_path();
-        let bases = bases_in;
         let core = core(dir, storage_config()).await;
         let log = open(&core, &dir.join("p-0"), small_config(Durability::Fsync)).await;
         assert_eq!(log.offsets().log_end_offset, 600);
