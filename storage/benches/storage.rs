@@ -15,6 +15,9 @@ use borges_storage::{
 };
 use bytes::BytesMut;
 
+/// The broker's default preemption timer (2 ms); see `on_core` for the caveat.
+const PREEMPT_TIMER_MS: u64 = 2;
+
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {
@@ -57,10 +60,11 @@ fn make_batch(size: usize) -> Result<BytesMut, Error> {
     Ok(BytesMut::from(&b.build()?[..]))
 }
 
-/// Runs `f` on one executor pinned to the first CPU of the affinity mask (taskset), with a long
-/// preemption timer (glommio 0.9 can park an executor with runnable tasks when a short timer
-/// fires at the top of its loop; see storage/tests/common/mod.rs).
-fn on_core<F, Fut, T>(f: F) -> Result<T, Error>
+/// Runs `f` on one executor pinned to the first CPU of the affinity mask (taskset). The
+/// preemption timer is the broker's 2 ms: a long one keeps IO completions waiting behind busy
+/// tasks and halves throughput; a short one exposes glommio 0.9's parking bug (see
+/// storage/tests/common/mod.rs), which would show as a bench run that never finishes.
+fn on_core<F, Fut, T>(preempt_timer_ms: u64, f: F) -> Result<T, Error>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<T, Error>> + 'static,
@@ -119,10 +123,18 @@ async fn append_run(
     let bytes = count * template.len() as u64;
     let started = Instant::now();
     let mut last = 0;
+    let mut since_yield = 0u64;
     for b in batches {
         // Wait for room first so that append never answers Busy (which would drop the batch).
         log.wait_writable(b.len() as u64).await;
+        since_yield += b.len() as u64;
         last = log.append(vec![b], 0)?.last_offset;
+        // A producer that never awaits starves the flusher; a broker connection awaits the
+        // network between requests. Let other tasks run every MiB.
+        if since_yield >= 1 << 20 {
+            since_yield = 0;
+            futures_lite::future::yield_now().await;
+        }
     }
     log.wait_acked(last, AckLevel::All).await?;
     let elapsed = started.elapsed();
@@ -194,14 +206,14 @@ fn recovery_run(args: &Args) -> Result<(), Error> {
         size as f64 / write_secs / 1e6
     );
     let (root, d) = (args.dir.clone(), dir.clone());
-    let (unclean, end) = on_core(move || async move {
+    let (unclean, end) = on_core(PREEMPT_TIMER_MS, move || async move {
         let (took, log) = open_timed(&root, &d).await?;
         let end = log.offsets().log_end_offset;
         log.close().await?;
         Ok((took, end))
     })?;
     let (root, d) = (args.dir.clone(), dir.clone());
-    let clean = on_core(move || async move {
+    let clean = on_core(PREEMPT_TIMER_MS, move || async move {
         let (took, log) = open_timed(&root, &d).await?;
         log.close().await?;
         Ok(took)
@@ -222,7 +234,7 @@ fn recovery_run(args: &Args) -> Result<(), Error> {
 fn main() -> Result<(), Error> {
     let args = parse_args()?;
     if let Some(dir) = args.writer_child.clone() {
-        return on_core(move || writer_child(dir));
+        return on_core(PREEMPT_TIMER_MS, move || writer_child(dir));
     }
     std::fs::create_dir_all(&args.dir)?;
     println!("| batch | durability | writes in flight | MB/s |");
@@ -231,7 +243,7 @@ fn main() -> Result<(), Error> {
         for durability in [Durability::None, Durability::Interval, Durability::Fsync] {
             let (root, total, in_flight) =
                 (args.dir.clone(), args.append_mib << 20, args.in_flight);
-            let mbps = on_core(move || async move {
+            let mbps = on_core(PREEMPT_TIMER_MS, move || async move {
                 append_run(&root, size, durability, total, in_flight).await
             })?;
             println!(
