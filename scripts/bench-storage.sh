@@ -57,10 +57,24 @@ cargo bench -p borges-storage --bench storage --no-run 2>&1 | tail -1
         echo "| write bs=$1 iodepth=$2 io_uring O_DIRECT, 4 GiB | $mbps |"
     done
     echo
-    echo "## borges-storage appends (each configuration writes $append_mib MiB; MB/s until the last append is acknowledged at AckLevel::All)"
+    echo "## borges-storage appends"
+    echo
+    echo "Each configuration appends $append_mib MiB in produce requests of ~64 KiB (one buffer split"
+    echo "into its batches), one partition, one core; MB/s until the last append is acknowledged at"
+    echo "AckLevel::All (= synced under fsync, flushed otherwise)."
     echo
     taskset -c "$cpu" cargo bench -q -p borges-storage --bench storage -- \
         --dir "$dir" --append-mib "$append_mib" --recovery-gib "$recovery_gib"
+    echo
+    echo "## fio again, after the appends (the disk's speed drifts on a shared host)"
+    echo
+    echo "| fio | MB/s |"
+    echo "|---|---|"
+    mbps=$(taskset -c "$cpu" fio --name=seq --filename="$dir/fio.dat" --rw=write --bs=1M \
+        --iodepth=8 --ioengine=io_uring --direct=1 --size=4G --output-format=json 2>/dev/null \
+        | python3 -c "import json,sys; print(round(json.load(sys.stdin)['jobs'][0]['write']['bw_bytes']/1e6))")
+    rm -f "$dir/fio.dat"
+    echo "| write bs=1M iodepth=8 io_uring O_DIRECT, 4 GiB | $mbps |"
     echo
     echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out"

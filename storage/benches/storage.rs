@@ -15,6 +15,9 @@ use borges_storage::{
 };
 use bytes::BytesMut;
 
+/// Bytes of batches per append call (one produce request).
+const REQUEST_SIZE_BYTES: usize = 64 * 1024;
+
 /// The broker's default preemption timer (2 ms); see `on_core` for the caveat.
 const PREEMPT_TIMER_MS: u64 = 2;
 
@@ -26,6 +29,7 @@ struct Args {
     recovery_gib: u64,
     in_flight: usize,
     writer_child: Option<PathBuf>,
+    sizes: Vec<usize>,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -35,6 +39,7 @@ fn parse_args() -> Result<Args, Error> {
         recovery_gib: 10,
         in_flight: StorageTuning::default().writes_in_flight_max,
         writer_child: None,
+        sizes: vec![1024, 16 * 1024, 1024 * 1024],
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -45,6 +50,12 @@ fn parse_args() -> Result<Args, Error> {
             "--recovery-gib" => args.recovery_gib = value()?.parse()?,
             "--in-flight" => args.in_flight = value()?.parse()?,
             "--writer-child" => args.writer_child = Some(PathBuf::from(value()?)),
+            "--sizes-kib" => {
+                args.sizes = value()?
+                    .split(',')
+                    .map(|k| k.parse::<usize>().map(|k| k * 1024))
+                    .collect::<Result<_, _>>()?
+            }
             "--bench" => {}
             other => return Err(format!("unknown argument {other}").into()),
         }
@@ -118,17 +129,30 @@ async fn append_run(
     let log = PartitionLog::open(&core, dir.clone(), config).await?;
     let template = make_batch(batch_size)?;
     let count = (total_bytes / template.len() as u64).max(1);
-    // The batches exist before the clock starts, as if they had arrived from the network.
-    let batches: Vec<BytesMut> = (0..count).map(|_| template.clone()).collect();
+    // Produce requests of about 64 KiB as a broker receives them: one buffer per request,
+    // split into its batches without copying. They exist before the clock starts.
+    let per_request = (REQUEST_SIZE_BYTES / template.len()).max(1) as u64;
+    let mut requests: Vec<Vec<BytesMut>> = Vec::new();
+    let mut made = 0u64;
+    while made < count {
+        let k = per_request.min(count - made);
+        let mut buf = BytesMut::with_capacity(k as usize * template.len());
+        for _ in 0..k {
+            buf.extend_from_slice(&template);
+        }
+        requests.push((0..k).map(|_| buf.split_to(template.len())).collect());
+        made += k;
+    }
     let bytes = count * template.len() as u64;
     let started = Instant::now();
     let mut last = 0;
     let mut since_yield = 0u64;
-    for b in batches {
-        // Wait for room first so that append never answers Busy (which would drop the batch).
-        log.wait_writable(b.len() as u64).await;
-        since_yield += b.len() as u64;
-        last = log.append(vec![b], 0)?.last_offset;
+    for request in requests {
+        let size: u64 = request.iter().map(|b| b.len() as u64).sum();
+        // Wait for room first so that append never answers Busy (which would drop the batches).
+        log.wait_writable(size).await;
+        since_yield += size;
+        last = log.append(request, 0)?.last_offset;
         // A producer that never awaits starves the flusher; a broker connection awaits the
         // network between requests. Let other tasks run every MiB.
         if since_yield >= 1 << 20 {
@@ -239,7 +263,7 @@ fn main() -> Result<(), Error> {
     std::fs::create_dir_all(&args.dir)?;
     println!("| batch | durability | writes in flight | MB/s |");
     println!("|---|---|---|---|");
-    for size in [1024usize, 16 * 1024, 1024 * 1024] {
+    for size in args.sizes.clone() {
         for durability in [Durability::None, Durability::Interval, Durability::Fsync] {
             let (root, total, in_flight) =
                 (args.dir.clone(), args.append_mib << 20, args.in_flight);
