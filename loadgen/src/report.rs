@@ -340,11 +340,14 @@ fn workload_section(c: &Comparison, out_dir: &Path) -> Result<String, LoadgenErr
     }
     let latency = format!("{}-latency.svg", c.workload);
     let throughput = format!("{}-throughput.svg", c.workload);
+    let over_time = format!("{}-latency-over-time.svg", c.workload);
     latency_chart(c, &out_dir.join(&latency))?;
     throughput_chart(c, &out_dir.join(&throughput))?;
+    latency_over_time_chart(c, &out_dir.join(&over_time))?;
     let _ = writeln!(
         md,
-        "\n![publish latency]({latency})\n\n![throughput]({throughput})"
+        "\n![publish latency]({latency})\n\n![throughput]({throughput})\n\n\
+         ![publish latency per second]({over_time})"
     );
     Ok(md)
 }
@@ -533,6 +536,84 @@ pub fn throughput_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError>
     root.present().map_err(draw_err)
 }
 
+/// Publish p99 (solid) and max (light) per one-second window, log scale.
+pub fn latency_over_time_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError> {
+    let runs: Vec<&RunResult> = c.subject.iter().chain(&c.baseline).collect();
+    let series = |r: &RunResult, max: bool| -> Vec<(f64, f64)> {
+        r.windows
+            .iter()
+            .filter_map(|w| {
+                let v = if max {
+                    w.publish_max_ms
+                } else {
+                    w.publish_p99_ms
+                };
+                v.map(|v| (w.t_s, v.max(0.001)))
+            })
+            .collect()
+    };
+    let values: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| series(r, false).into_iter().chain(series(r, true)))
+        .map(|(_, v)| v)
+        .collect();
+    let y_min = values
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        * 0.5;
+    let y_max = values.iter().copied().fold(0.0, f64::max).max(1.0) * 2.0;
+    let t_max = runs
+        .iter()
+        .flat_map(|r| r.windows.last().map(|w| w.t_s))
+        .fold(1.0, f64::max);
+    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{}: publish latency per second", c.workload),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..t_max, (y_min..y_max).log_scale())
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since start (warm-up included)")
+        .y_desc("milliseconds (log scale)")
+        .draw()
+        .map_err(draw_err)?;
+    for r in &runs {
+        let color = series_color(&r.driver);
+        for (max, style) in [
+            (false, color.stroke_width(2)),
+            (true, color.mix(0.4).stroke_width(1)),
+        ] {
+            let points = series(r, max);
+            if points.is_empty() {
+                continue;
+            }
+            let name = format!("{} {}", r.driver, if max { "max" } else { "p99" });
+            chart
+                .draw_series(LineSeries::new(points, style))
+                .map_err(draw_err)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,6 +710,8 @@ mod tests {
                 "{chart}"
             );
         }
+        let svg = std::fs::read_to_string(dir.path().join("w1-latency-over-time.svg")).unwrap();
+        assert!(svg.contains("borges p99") && svg.contains("kafka max"));
         assert!(write_report(vec![], dir.path(), "").is_err());
     }
 }

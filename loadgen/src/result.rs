@@ -123,6 +123,12 @@ pub struct Window {
     /// Rate discovery: the total target rate chosen for the next window.
     #[serde(default)]
     pub target_rate_records_s: Option<f64>,
+    /// Publish latency p99 of the records acknowledged in this window.
+    #[serde(default)]
+    pub publish_p99_ms: Option<f64>,
+    /// Largest publish latency acknowledged in this window.
+    #[serde(default)]
+    pub publish_max_ms: Option<f64>,
 }
 
 impl Window {
@@ -315,6 +321,9 @@ pub fn fmt_f(v: f64) -> String {
     if !v.is_finite() {
         return "-".to_string();
     }
+    if v == 0.0 {
+        return "0".to_string();
+    }
     let a = v.abs();
     if a >= 10_000.0 {
         group_thousands(v.round() as i64)
@@ -377,6 +386,8 @@ pub(crate) mod tests {
                 phase: "measure".into(),
                 produced_records: 1000 * i as u64,
                 produced_bytes: 1024 * 1000 * i as u64,
+                publish_p99_ms: Some(f64::from(i)),
+                publish_max_ms: Some(f64::from(i) * 2.0),
                 ..Default::default()
             })
             .collect();
@@ -466,6 +477,7 @@ pub(crate) mod tests {
         assert_eq!(fmt_f(1.234), "1.23");
         assert_eq!(fmt_f(0.1234), "0.123");
         assert_eq!(fmt_f(f64::NAN), "-");
+        assert_eq!(fmt_f(0.0), "0");
         assert_eq!(num(f64::INFINITY), "0");
         assert_eq!(num(1.0), "1.000");
         let mut p = sample_result("x", 1.0, 1.0).workload.producer;

@@ -464,7 +464,10 @@ impl<'a> Sampler<'a> {
             broker,
             loadgen_cpu_pct,
             target_rate_records_s: None,
+            publish_p99_ms: None,
+            publish_max_ms: None,
         };
+        let window = self.with_window_latency(window);
         self.print_progress(&window, elapsed_s);
         if phase == "measure" || phase == "catch-up" || phase == "backlog" {
             self.outcome.loadgen_cpu.push(loadgen_cpu_pct);
@@ -478,6 +481,20 @@ impl<'a> Sampler<'a> {
         while self.next_window_ns <= now {
             self.next_window_ns += S_NS;
         }
+    }
+
+    /// Fills in the window's publish latency from every producer's window histogram.
+    fn with_window_latency(&self, mut window: Window) -> Window {
+        let mut h = LatencyHistogram::new();
+        for s in &self.clients.producer_stats {
+            s.drain_publish_window(&mut h);
+        }
+        if h.count() > 0 {
+            let l = h.summary();
+            window.publish_p99_ms = Some(l.p99_ms);
+            window.publish_max_ms = Some(l.max_ms);
+        }
+        window
     }
 
     fn sample_broker(&mut self, elapsed_s: f64) -> Option<ProcUsage> {
@@ -501,8 +518,11 @@ impl<'a> Sampler<'a> {
                 b.rss_bytes >> 20
             )
         });
+        let p99 = w
+            .publish_p99_ms
+            .map_or(String::new(), |p| format!(" p99 {p:.1} ms"));
         eprintln!(
-            "[{:>6.1}s {:<8}] pub {:>10.0} rec/s {:>8.1} MB/s | cons {:>10.0} rec/s {:>8.1} MB/s | err {}{} | loadgen cpu {:.0}%",
+            "[{:>6.1}s {:<8}] pub {:>10.0} rec/s {:>8.1} MB/s{p99} | cons {:>10.0} rec/s {:>8.1} MB/s | err {}{} | loadgen cpu {:.0}%",
             w.t_s,
             w.phase,
             rate(w.produced_records),

@@ -50,6 +50,11 @@ impl LatencyHistogram {
         self.hist.add(&other.hist).expect("same bounds");
     }
 
+    /// Forgets all values.
+    pub fn reset(&mut self) {
+        self.hist.reset();
+    }
+
     /// Number of values.
     pub fn count(&self) -> u64 {
         self.hist.len()
@@ -333,6 +338,9 @@ pub struct ClientStats {
     /// Value bytes received by a consumer.
     pub consumed_bytes: AtomicU64,
     publish: Mutex<LatencyHistogram>,
+    /// Publish latency of every acknowledgement since the sampler last drained it (warm-up
+    /// included), for per-second percentiles.
+    publish_window: Mutex<LatencyHistogram>,
     e2e: Mutex<LatencyHistogram>,
     first_error: Mutex<Option<String>>,
 }
@@ -356,6 +364,7 @@ impl ClientStats {
             consumed_records: AtomicU64::new(0),
             consumed_bytes: AtomicU64::new(0),
             publish: Mutex::new(LatencyHistogram::new()),
+            publish_window: Mutex::new(LatencyHistogram::new()),
             e2e: Mutex::new(LatencyHistogram::new()),
             first_error: Mutex::new(None),
         }
@@ -389,8 +398,12 @@ impl ClientStats {
         self.acked_records.fetch_add(1, Ordering::Relaxed);
         self.acked_bytes
             .fetch_add(u64::from(token.bytes), Ordering::Relaxed);
+        let latency = acked_ns.saturating_sub(token.intended_ns);
+        self.publish_window
+            .lock()
+            .expect("stats lock")
+            .record_ns(latency);
         if self.is_measured(token.intended_ns) {
-            let latency = acked_ns.saturating_sub(token.intended_ns);
             self.publish.lock().expect("stats lock").record_ns(latency);
         }
     }
@@ -430,6 +443,13 @@ impl ClientStats {
     /// Copy of the publish-latency histogram.
     pub fn publish_histogram(&self) -> LatencyHistogram {
         self.publish.lock().expect("stats lock").clone()
+    }
+
+    /// Adds the publish latencies recorded since the last call to `into`, and forgets them.
+    pub fn drain_publish_window(&self, into: &mut LatencyHistogram) {
+        let mut w = self.publish_window.lock().expect("stats lock");
+        into.merge(&w);
+        w.reset();
     }
 
     /// Copy of the end-to-end-latency histogram.
@@ -678,6 +698,15 @@ mod tests {
         assert_eq!(c.errors, 1);
         assert_eq!(c.consumed_records, 3);
         assert_eq!(s.publish_histogram().count(), 1);
+        let mut window = LatencyHistogram::new();
+        s.drain_publish_window(&mut window);
+        assert_eq!(
+            window.count(),
+            3,
+            "windows see warm-up acknowledgements too"
+        );
+        s.drain_publish_window(&mut window);
+        assert_eq!(window.count(), 3, "drained");
         assert_eq!(s.e2e_histogram().count(), 1);
         assert_eq!(s.first_error().as_deref(), Some("boom"));
     }
