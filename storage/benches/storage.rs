@@ -18,8 +18,11 @@ use bytes::BytesMut;
 /// Bytes of batches per append call (one produce request).
 const REQUEST_SIZE_BYTES: usize = 64 * 1024;
 
-/// The broker's default preemption timer (2 ms); see `on_core` for the caveat.
-const PREEMPT_TIMER_MS: u64 = 2;
+/// Preemption timer of the bench executor. Long, because glommio 0.9 can park an executor
+/// with runnable tasks when a short timer fires at the top of its loop (a run that never ends;
+/// see storage/tests/common/mod.rs); the producer loop yields every MiB instead, as a broker
+/// connection awaits the network between requests.
+const PREEMPT_TIMER_MS: u64 = 1000;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -71,10 +74,7 @@ fn make_batch(size: usize) -> Result<BytesMut, Error> {
     Ok(BytesMut::from(&b.build()?[..]))
 }
 
-/// Runs `f` on one executor pinned to the first CPU of the affinity mask (taskset). The
-/// preemption timer is the broker's 2 ms: a long one keeps IO completions waiting behind busy
-/// tasks and halves throughput; a short one exposes glommio 0.9's parking bug (see
-/// storage/tests/common/mod.rs), which would show as a bench run that never finishes.
+/// Runs `f` on one executor pinned to the first CPU of the affinity mask (taskset).
 fn on_core<F, Fut, T>(preempt_timer_ms: u64, f: F) -> Result<T, Error>
 where
     F: FnOnce() -> Fut + Send + 'static,
@@ -83,7 +83,7 @@ where
 {
     let config = borges_runtime::executor::ExecutorConfig {
         cores: 1,
-        preempt_timer_ms: 1000,
+        preempt_timer_ms,
         ..Default::default()
     };
     let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));

@@ -23,6 +23,9 @@ pub(crate) struct OpenSegment {
 
 type FileKey = (u64, i64);
 
+/// Most bytes one tail-cache eviction ticket covers (the eviction granularity).
+const TICKET_BYTES_MAX: u64 = 1 << 20;
+
 /// LRU of open segment read descriptors, bounded by `open_files_max`.
 #[derive(Default)]
 struct FileCache {
@@ -77,7 +80,8 @@ pub struct CoreStorage {
     pub(crate) writable: Notify,
     next_log_id: Cell<u64>,
     files: RefCell<FileCache>,
-    tickets: RefCell<VecDeque<(Weak<PartitionLog>, i64)>>,
+    /// Eviction order of the tail cache: (log, cached up to this offset, bytes covered).
+    tickets: RefCell<VecDeque<(Weak<PartitionLog>, i64, u64)>>,
 }
 
 impl CoreStorage {
@@ -193,12 +197,24 @@ impl CoreStorage {
         self.writable.notify_all();
     }
 
+    /// Records that `log` cached batches up to `end_offset`. Consecutive rounds of one log share
+    /// a ticket until it covers `TICKET_BYTES_MAX`, and tickets of dropped logs are pruned from
+    /// the front, so the queue does not grow with every small flush round.
     pub(crate) fn add_cached(&self, log: &Rc<PartitionLog>, end_offset: i64, size_bytes: u64) {
         self.tail_cache_bytes
             .set(self.tail_cache_bytes.get() + size_bytes);
-        self.tickets
-            .borrow_mut()
-            .push_back((Rc::downgrade(log), end_offset));
+        let mut tickets = self.tickets.borrow_mut();
+        while tickets.front().is_some_and(|t| t.0.strong_count() == 0) {
+            tickets.pop_front();
+        }
+        if let Some((last, end, bytes)) = tickets.back_mut() {
+            if std::ptr::eq(last.as_ptr(), Rc::as_ptr(log)) && *bytes < TICKET_BYTES_MAX {
+                *end = end_offset;
+                *bytes += size_bytes;
+                return;
+            }
+        }
+        tickets.push_back((Rc::downgrade(log), end_offset, size_bytes));
     }
 
     pub(crate) fn sub_cached(&self, size_bytes: u64) {
@@ -211,7 +227,7 @@ impl CoreStorage {
     /// Must be called with no log state borrowed.
     pub(crate) fn enforce_tail_budget(&self) {
         while self.tail_cache_bytes.get() > self.config.tail_cache_bytes_max {
-            let Some((log, end)) = self.tickets.borrow_mut().pop_front() else {
+            let Some((log, end, _)) = self.tickets.borrow_mut().pop_front() else {
                 break;
             };
             if let Some(log) = log.upgrade() {
