@@ -157,7 +157,7 @@ pub struct StorageTuning {
 impl Default for StorageTuning {
     fn default() -> Self {
         StorageTuning {
-            writes_in_flight_max: 2,
+            writes_in_flight_max: 4,
             preallocate_step_bytes: 64 * 1024 * 1024,
             scan_read_size_bytes: 8 * 1024 * 1024,
         }

@@ -80,6 +80,8 @@ pub struct CoreStorage {
     pub(crate) writable: Notify,
     next_log_id: Cell<u64>,
     files: RefCell<FileCache>,
+    /// Recycled full-size aligned write buffers, shared by the flushers of this core.
+    pub(crate) write_buffers: RefCell<Vec<borges_runtime::fs::AlignedBuf>>,
     /// Eviction order of the tail cache: (log, cached up to this offset, bytes covered).
     tickets: RefCell<VecDeque<(Weak<PartitionLog>, i64, u64)>>,
 }
@@ -119,6 +121,7 @@ impl CoreStorage {
             next_log_id: Cell::new(1),
             files: RefCell::new(FileCache::default()),
             tickets: RefCell::new(VecDeque::new()),
+            write_buffers: RefCell::new(Vec::new()),
         }))
     }
 
@@ -233,6 +236,14 @@ impl CoreStorage {
             if let Some(log) = log.upgrade() {
                 log.evict_cached_before(end);
             }
+        }
+    }
+
+    /// Keeps a full-size write buffer for reuse, up to `writes_in_flight_max` x 2 per core.
+    pub(crate) fn recycle_write_buffer(&self, buf: borges_runtime::fs::AlignedBuf) {
+        let mut pool = self.write_buffers.borrow_mut();
+        if pool.len() < self.tuning.writes_in_flight_max.max(1) * 2 {
+            pool.push(buf);
         }
     }
 

@@ -61,8 +61,6 @@ pub(crate) struct Writer {
     pub persisted_times: usize,
     pub last_sync: Instant,
     pub last_checkpoint: Instant,
-    /// Recycled full-size write buffers.
-    pub spare: Vec<AlignedBuf>,
 }
 
 impl Writer {
@@ -137,7 +135,6 @@ impl Writer {
             persisted_times,
             last_sync: now,
             last_checkpoint: now,
-            spare: Vec::new(),
         })
     }
 
@@ -299,23 +296,21 @@ fn build_chunks(
 }
 
 /// Writes the chunks with at most `in_flight_max` writes at once; the first error wins.
-/// Full-size buffers go back to `spare` (at most `in_flight_max + 1` kept).
+/// Full-size buffers go back to the core's pool.
 async fn write_chunks(
     file: &Rc<DirectFile>,
     chunks: Vec<(u64, AlignedBuf)>,
     in_flight_max: usize,
     chunk_size_bytes: u64,
-    spare: &mut Vec<AlignedBuf>,
+    core: &crate::core::CoreStorage,
 ) -> io::Result<()> {
     type Write = borges_runtime::task::Task<(io::Result<()>, Option<AlignedBuf>)>;
     let mut tasks: std::collections::VecDeque<Write> = std::collections::VecDeque::new();
     let mut result = Ok(());
-    let mut recycle = |r: (io::Result<()>, Option<AlignedBuf>), result: &mut io::Result<()>| {
+    let recycle = |r: (io::Result<()>, Option<AlignedBuf>), result: &mut io::Result<()>| {
         let (r, buf) = r;
         if let Some(buf) = buf.filter(|b| b.len() as u64 == chunk_size_bytes) {
-            if spare.len() <= in_flight_max {
-                spare.push(buf);
-            }
+            core.recycle_write_buffer(buf);
         }
         if result.is_ok() {
             *result = r;
@@ -551,11 +546,13 @@ impl PartitionLog {
         }
         self.ensure_allocated(w, w.position + total).await?;
         let start = align_down(w.position, w.align);
-        let (chunks, new_tail) =
-            build_chunks(&w.file, start, &w.tail, &batches, chunk, &mut w.spare);
+        let (chunks, new_tail) = {
+            let mut spare = self.core.write_buffers.borrow_mut();
+            build_chunks(&w.file, start, &w.tail, &batches, chunk, &mut spare)
+        };
         drop(batches);
         let in_flight = self.core.tuning.writes_in_flight_max;
-        write_chunks(&w.file, chunks, in_flight, chunk, &mut w.spare)
+        write_chunks(&w.file, chunks, in_flight, chunk, &self.core)
             .await
             .map_err(|e| io_error("write", &w.log_path, e))?;
         w.position += total;
