@@ -39,12 +39,24 @@ fn a_full_disk_fails_the_log_directory_for_every_log_of_the_core() {
         let b = open(&core, &mnt.join("b-0"), small_config(Durability::None)).await;
         let info = a.append(vec![batch(0, 1, 0, 100)], 0).unwrap();
         // The flusher pre-allocates 64 MiB for the segment: ENOSPC.
-        let err = a.wait_acked(info.last_offset, AckLevel::Leader).await.unwrap_err();
+        let err = a
+            .wait_acked(info.last_offset, AckLevel::Leader)
+            .await
+            .unwrap_err();
         assert!(matches!(err, StorageError::LogDirFailed(_)), "{err}");
         assert!(core.is_failed());
-        assert!(matches!(a.append(vec![batch(1, 1, 0, 1)], 0), Err(StorageError::LogDirFailed(_))));
-        assert!(matches!(b.append(vec![batch(0, 1, 0, 1)], 0), Err(StorageError::LogDirFailed(_))));
-        assert!(matches!(a.flush().await, Err(StorageError::LogDirFailed(_))));
+        assert!(matches!(
+            a.append(vec![batch(1, 1, 0, 1)], 0),
+            Err(StorageError::LogDirFailed(_))
+        ));
+        assert!(matches!(
+            b.append(vec![batch(0, 1, 0, 1)], 0),
+            Err(StorageError::LogDirFailed(_))
+        ));
+        assert!(matches!(
+            a.flush().await,
+            Err(StorageError::LogDirFailed(_))
+        ));
         assert_eq!(a.offsets().high_watermark, 0, "nothing was acknowledged");
     });
 }
