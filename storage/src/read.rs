@@ -261,7 +261,15 @@ impl PartitionLog {
     ) -> Result<R, StorageError> {
         let size = {
             let st = self.state.borrow();
-            let seg = st.segments.get(&base).ok_or(StorageError::Closed)?;
+            // Retention (or truncation) removed the segment while this read was under way.
+            let seg = st
+                .segments
+                .get(&base)
+                .ok_or_else(|| StorageError::OffsetOutOfRange {
+                    offset: base,
+                    log_start_offset: st.log_start_offset,
+                    log_end_offset: st.log_end_offset(),
+                })?;
             if let Some(live) = &seg.live {
                 return Ok(f(live));
             }
