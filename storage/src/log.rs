@@ -514,7 +514,10 @@ impl PartitionLog {
         {
             let mut st = self.state.borrow_mut();
             if st.flusher_stopped {
-                return Ok(());
+                drop(st);
+                self.release_memory();
+                // After a failed write nothing could be flushed: say so.
+                return self.core.check_failed();
             }
             st.gate = Gate::Closed;
         }

@@ -58,5 +58,9 @@ fn a_full_disk_fails_the_log_directory_for_every_log_of_the_core() {
             Err(StorageError::LogDirFailed(_))
         ));
         assert_eq!(a.offsets().high_watermark, 0, "nothing was acknowledged");
+        assert!(matches!(
+            a.close().await,
+            Err(StorageError::LogDirFailed(_))
+        ));
     });
 }
