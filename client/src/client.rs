@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use borges_protocol::frame::Frame;
 use borges_protocol::ApiKey;
 
 use crate::codec;
 use crate::config::ClientConfig;
-use crate::connection::{Connection, Request};
+use crate::connection::{Connection, Request, Response};
 use crate::error::{ClientError, Result};
 use crate::metadata::ClusterMetadata;
 
@@ -97,7 +96,7 @@ impl ClientCore {
 
     /// Sends `request` to any reachable broker (known brokers, then bootstrap), returning the
     /// first response. Only transport failures move on to the next address.
-    pub async fn call_any(&self, api_key: ApiKey, message: Vec<u8>) -> Result<Frame> {
+    pub async fn call_any(&self, api_key: ApiKey, message: Vec<u8>) -> Result<Response> {
         let addrs = self.candidate_addrs();
         let mut last = None;
         for addr in &addrs {
@@ -123,7 +122,7 @@ impl ClientCore {
     }
 
     /// Sends a request to `addr` (a specific broker core) and waits for its response.
-    pub async fn call(&self, addr: &str, api_key: ApiKey, message: Vec<u8>) -> Result<Frame> {
+    pub async fn call(&self, addr: &str, api_key: ApiKey, message: Vec<u8>) -> Result<Response> {
         let conn = self.connection(addr).await?;
         conn.call(
             Request::new(api_key, message),

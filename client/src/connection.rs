@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use borges_protocol::frame::{Frame, FrameDecoder, FrameHeader, FRAME_HEADER_SIZE_BYTES};
+use borges_protocol::frame::{FrameHeader, FRAME_HEADER_SIZE_BYTES};
 use borges_protocol::{wire, ApiKey};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -37,7 +37,7 @@ const WRITE_QUEUE_DEPTH_MAX: usize = 1024;
 
 /// What a submitted request resolves to: the response frame, or `None` for requests that get
 /// no response (produce with `acks=0`), once written.
-pub(crate) type Reply = Result<Option<Frame>>;
+pub(crate) type Reply = Result<Option<Response>>;
 
 /// A request ready to be written.
 pub(crate) struct Request {
@@ -149,7 +149,7 @@ impl Connection {
         tokio::spawn(read_loop(
             read_half,
             pending_rx,
-            FrameDecoder::new(frame_size_bytes_max),
+            frame_size_bytes_max,
             shutdown.clone(),
             addr.to_string(),
         ));
@@ -211,7 +211,7 @@ impl Connection {
     }
 
     /// Sends `request` and waits up to `timeout_ms` for its response.
-    pub async fn call(&self, request: Request, timeout_ms: u64) -> Result<Frame> {
+    pub async fn call(&self, request: Request, timeout_ms: u64) -> Result<Response> {
         let receiver = self.submit(request).await?;
         let frame = await_reply(receiver, timeout_ms, &self.addr).await?;
         frame.ok_or_else(|| ClientError::Protocol("no response frame".into()))
@@ -339,31 +339,19 @@ async fn write_chunks(socket: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> s
 async fn read_loop(
     mut socket: OwnedReadHalf,
     mut pending: mpsc::UnboundedReceiver<Pending>,
-    mut decoder: FrameDecoder,
+    frame_size_bytes_max: u32,
     shutdown: Arc<Shutdown>,
     addr: String,
 ) {
-    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut reader = FrameReader::new(frame_size_bytes_max);
     let failure = loop {
-        match dispatch_frames(&mut decoder, &mut buf, &mut pending, &addr) {
-            Ok(()) => {}
-            Err(e) => break e,
-        }
-        let wanted = decoder
-            .frame_size_bytes_next()
-            .unwrap_or(READ_BUFFER_BYTES)
-            .max(READ_BUFFER_BYTES);
-        if buf.capacity() - buf.len() < wanted.saturating_sub(buf.len()).max(4096) {
-            buf.reserve(wanted.saturating_sub(buf.len()).max(4096));
-        }
-        let read = tokio::select! {
-            r = socket.read_buf(&mut buf) => r,
+        let frame = tokio::select! {
+            r = reader.next(&mut socket, &addr) => r,
             _ = shutdown.wait() => break ClientError::ConnectionClosed { addr: addr.clone() },
         };
-        match read {
-            Ok(0) => break ClientError::ConnectionClosed { addr: addr.clone() },
-            Ok(_) => {}
-            Err(e) => break ClientError::io(&addr, e),
+        match frame.and_then(|frame| dispatch(frame, &mut pending, &addr)) {
+            Ok(()) => {}
+            Err(e) => break e,
         }
     };
     shutdown.close();
@@ -373,40 +361,201 @@ async fn read_loop(
     }
 }
 
-/// Completes the oldest outstanding request with each complete frame in `buf`.
-fn dispatch_frames(
-    decoder: &mut FrameDecoder,
-    buf: &mut BytesMut,
+/// A response frame: header, flatbuffers message and raw payload region, both `Bytes` views
+/// of one buffer (record batches are sliced out of the payload without copying).
+#[derive(Debug, Clone)]
+pub(crate) struct Response {
+    /// The checked header.
+    pub header: FrameHeader,
+    /// The flatbuffers message.
+    pub message: Bytes,
+    /// The payload region.
+    pub payload: Bytes,
+}
+
+impl Response {
+    fn from_frame_bytes(header: FrameHeader, frame: Bytes) -> Response {
+        let message_start = usize::from(header.header_size_bytes);
+        let payload_start = message_start + header.message_size_bytes as usize;
+        Response {
+            header,
+            message: frame.slice(message_start..payload_start),
+            payload: frame.slice(payload_start..),
+        }
+    }
+}
+
+/// Frames larger than this are read into a pooled buffer of their own instead of the shared
+/// read buffer.
+const LARGE_FRAME_BYTES_MIN: usize = 64 * 1024;
+/// Large-frame buffers a connection keeps for reuse, and their total size at most.
+const POOLED_BUFFERS_MAX: usize = 8;
+const POOLED_BUFFER_BYTES_MAX: usize = 64 << 20;
+
+/// Buffers of large frames, given back when the last `Bytes` view of a frame is dropped (the
+/// application dropped the records it was given). Reusing them avoids asking the kernel for
+/// fresh zeroed pages for every large fetch response, which cost several times the CPU of
+/// decoding the records.
+#[derive(Default)]
+struct BufferPool {
+    free: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    fn take(&self, size: usize) -> Vec<u8> {
+        let mut free = match self.free.lock() {
+            Ok(free) => free,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        match free.iter().position(|b| b.capacity() >= size) {
+            Some(i) => {
+                let mut buf = free.swap_remove(i);
+                buf.clear();
+                buf
+            }
+            None => Vec::with_capacity(size.next_multiple_of(LARGE_FRAME_BYTES_MIN)),
+        }
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        if buf.capacity() > POOLED_BUFFER_BYTES_MAX / 2 {
+            return;
+        }
+        let mut free = match self.free.lock() {
+            Ok(free) => free,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let pooled: usize = free.iter().map(Vec::capacity).sum();
+        if free.len() < POOLED_BUFFERS_MAX && pooled + buf.capacity() <= POOLED_BUFFER_BYTES_MAX {
+            free.push(buf);
+        }
+    }
+}
+
+/// A pooled buffer owned by `Bytes` views; returns to its pool when they are all dropped.
+struct Pooled {
+    buf: Vec<u8>,
+    pool: Arc<BufferPool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.pool.give(std::mem::take(&mut self.buf));
+    }
+}
+
+/// Reads whole frames off a socket: small frames through one shared read buffer, large ones
+/// into pooled buffers of their own. Checks each header (CRC, sizes, `frame_size_bytes_max`)
+/// before reading the rest.
+struct FrameReader {
+    buf: BytesMut,
+    frame_size_bytes_max: u32,
+    pool: Arc<BufferPool>,
+}
+
+impl FrameReader {
+    fn new(frame_size_bytes_max: u32) -> FrameReader {
+        FrameReader {
+            buf: BytesMut::with_capacity(READ_BUFFER_BYTES),
+            frame_size_bytes_max: frame_size_bytes_max
+                .max(borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN),
+            pool: Arc::new(BufferPool::default()),
+        }
+    }
+
+    async fn fill(&mut self, socket: &mut OwnedReadHalf, wanted: usize, addr: &str) -> Result<()> {
+        while self.buf.len() < wanted {
+            if self.buf.capacity() - self.buf.len() < 4096 {
+                self.buf
+                    .reserve(READ_BUFFER_BYTES.max(wanted - self.buf.len()));
+            }
+            match socket.read_buf(&mut self.buf).await {
+                Ok(0) => {
+                    return Err(ClientError::ConnectionClosed {
+                        addr: addr.to_string(),
+                    })
+                }
+                Ok(_) => {}
+                Err(e) => return Err(ClientError::io(addr, e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn next(&mut self, socket: &mut OwnedReadHalf, addr: &str) -> Result<Response> {
+        self.fill(socket, FRAME_HEADER_SIZE_BYTES, addr).await?;
+        let header = FrameHeader::decode(
+            &self.buf[..FRAME_HEADER_SIZE_BYTES],
+            self.frame_size_bytes_max,
+        )?;
+        let size = header.frame_size_bytes as usize;
+        if size < LARGE_FRAME_BYTES_MIN {
+            self.fill(socket, size, addr).await?;
+            let frame = self.buf.split_to(size).freeze();
+            return Ok(Response::from_frame_bytes(header, frame));
+        }
+        let mut large = self.pool.take(size);
+        let buffered = self.buf.len().min(size);
+        large.extend_from_slice(&self.buf[..buffered]);
+        self.buf.advance(buffered);
+        while large.len() < size {
+            let missing = size - large.len();
+            let mut limited = (&mut large).limit(missing);
+            match socket.read_buf(&mut limited).await {
+                Ok(0) => {
+                    return Err(ClientError::ConnectionClosed {
+                        addr: addr.to_string(),
+                    })
+                }
+                Ok(_) => {}
+                Err(e) => return Err(ClientError::io(addr, e)),
+            }
+        }
+        let frame = Bytes::from_owner(Pooled {
+            buf: large,
+            pool: self.pool.clone(),
+        });
+        Ok(Response::from_frame_bytes(header, frame))
+    }
+}
+
+/// Completes the oldest outstanding request with `frame`.
+fn dispatch(
+    frame: Response,
     pending: &mut mpsc::UnboundedReceiver<Pending>,
     addr: &str,
 ) -> Result<()> {
-    while let Some(frame) = decoder.decode(buf)? {
-        if !frame.header.is_response() {
-            return Err(ClientError::Protocol(format!(
-                "{addr} sent a frame without the response flag"
-            )));
-        }
-        let Ok(entry) = pending.try_recv() else {
-            return Err(unexpected_frame(&frame, addr));
-        };
-        if entry.correlation_id != frame.header.correlation_id {
-            let error = unexpected_frame(&frame, addr);
-            let _ = entry.reply.send(Err(error.clone()));
-            return Err(error);
-        }
-        let reply = if frame.header.is_error() {
-            Err(error_response(&frame))
-        } else {
-            Ok(Some(frame))
-        };
-        let _ = entry.reply.send(reply);
+    if !frame.header.is_response() {
+        return Err(ClientError::Protocol(format!(
+            "{addr} sent a frame without the response flag"
+        )));
     }
+    let Ok(entry) = pending.try_recv() else {
+        return Err(unexpected_frame(&frame, addr));
+    };
+    if entry.correlation_id != frame.header.correlation_id {
+        let error = unexpected_frame(&frame, addr);
+        let _ = entry.reply.send(Err(error.clone()));
+        return Err(error);
+    }
+    let reply = if frame.header.is_error() {
+        Err(error_response(&frame))
+    } else {
+        Ok(Some(frame))
+    };
+    let _ = entry.reply.send(reply);
     Ok(())
 }
 
 /// A frame nobody waits for: a connection-level ErrorResponse (the broker closes after it) or a
 /// protocol violation.
-fn unexpected_frame(frame: &Frame, addr: &str) -> ClientError {
+fn unexpected_frame(frame: &Response, addr: &str) -> ClientError {
     if frame.header.is_error() {
         return error_response(frame);
     }
@@ -417,7 +566,7 @@ fn unexpected_frame(frame: &Frame, addr: &str) -> ClientError {
 }
 
 /// Decodes the `ErrorResponse` of a frame with `FLAG_ERROR`.
-pub(crate) fn error_response(frame: &Frame) -> ClientError {
+pub(crate) fn error_response(frame: &Response) -> ClientError {
     match flatbuffers::root::<wire::ErrorResponse>(&frame.message) {
         Ok(e) => ClientError::from_code(e.error_code(), e.error_message().map(str::to_string))
             .unwrap_or_else(|| ClientError::Protocol("ErrorResponse without an error code".into())),
@@ -428,7 +577,7 @@ pub(crate) fn error_response(frame: &Frame) -> ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use borges_protocol::frame::{encode_frame, FLAG_ERROR, FLAG_RESPONSE};
+    use borges_protocol::frame::{encode_frame, FrameDecoder, FLAG_ERROR, FLAG_RESPONSE};
     use borges_protocol::ErrorCode;
     use tokio::net::TcpListener;
 
@@ -511,6 +660,55 @@ mod tests {
             assert_eq!(&frame.payload[4..], b"xy");
             assert_eq!(frame.header.correlation_id, i as u32 + 1);
         }
+    }
+
+    #[tokio::test]
+    async fn large_frames_use_pooled_buffers_and_interleave_with_small_ones() {
+        let addr = echo_peer().await;
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        for round in 0..3u8 {
+            let mut receivers = Vec::new();
+            for i in 0..6u8 {
+                let size = if i % 2 == 0 {
+                    200 * 1024 + usize::from(i)
+                } else {
+                    10
+                };
+                let mut request = Request::new(ApiKey::Fetch, vec![i]);
+                request.payload = vec![Bytes::from(vec![round ^ i; size])];
+                receivers.push((i, size, conn.submit(request).await.unwrap()));
+            }
+            for (i, size, r) in receivers {
+                let frame = await_reply(r, 5000, &addr).await.unwrap().unwrap();
+                assert_eq!(&frame.message[..], &[i]);
+                assert_eq!(frame.payload.len(), size);
+                assert!(frame.payload.iter().all(|b| *b == round ^ i));
+            }
+        }
+    }
+
+    #[test]
+    fn pool_reuses_buffers_and_bounds_what_it_keeps() {
+        let pool = Arc::new(BufferPool::default());
+        let first = pool.take(100_000);
+        let capacity = first.capacity();
+        drop(Bytes::from_owner(Pooled {
+            buf: first,
+            pool: pool.clone(),
+        }));
+        let again = pool.take(90_000);
+        assert_eq!(again.capacity(), capacity, "the freed buffer is reused");
+        for _ in 0..20 {
+            pool.give(Vec::with_capacity(1 << 20));
+        }
+        assert!(pool.free.lock().unwrap().len() <= POOLED_BUFFERS_MAX);
+        pool.give(Vec::with_capacity(POOLED_BUFFER_BYTES_MAX));
+        assert!(pool
+            .free
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|b| b.capacity() <= POOLED_BUFFER_BYTES_MAX / 2));
     }
 
     #[tokio::test]

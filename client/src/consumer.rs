@@ -759,7 +759,7 @@ impl Consumer {
         let decoded = done.reply.and_then(|frame| {
             let frame =
                 frame.ok_or_else(|| ClientError::Protocol("fetch without response".into()))?;
-            let payload = frame.payload.clone().freeze();
+            let payload = frame.payload.clone();
             let response = decode!(FetchResponse, frame)?;
             check_code(response.error_code, response.error_message.clone())?;
             Ok((response, payload))

@@ -654,7 +654,7 @@ fn fail_batches(inner: &Arc<Inner>, batches: Vec<ProducerBatch>, error: ClientEr
 
 /// Each batch's result from a produce response (or acks=0: written, offset unknown).
 fn batch_outcomes(
-    frame: Option<borges_protocol::frame::Frame>,
+    frame: Option<crate::connection::Response>,
     batches: &[ProducerBatch],
     layout: &Layout,
 ) -> Result<Vec<Result<BatchAck>>> {
