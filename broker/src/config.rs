@@ -283,6 +283,9 @@ pub struct RuntimeSettings {
     pub preempt_timer_ms: u64,
     /// Busy-poll before parking (0 disables).
     pub spin_before_park_us: u64,
+    /// Wake each core at least this often (0 disables); bounds a glommio 0.9.0 scheduler bug
+    /// that can park a core with runnable tasks (see `borges_runtime::executor::stall_guard`).
+    pub stall_guard_us: u64,
 }
 
 impl Default for RuntimeSettings {
@@ -291,6 +294,7 @@ impl Default for RuntimeSettings {
             io_memory_bytes: None,
             preempt_timer_ms: 2,
             spin_before_park_us: 0,
+            stall_guard_us: 1000,
         }
     }
 }

@@ -78,6 +78,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         io_memory_bytes: runtime.io_memory_bytes,
         preempt_timer_ms: runtime.preempt_timer_ms,
         spin_before_park_us: runtime.spin_before_park_us,
+        stall_guard_us: runtime.stall_guard_us,
         ..ExecutorConfig::default()
     };
     let mut ends: Vec<Option<MeshEndpoints<Vec<CoreMessage>>>> =

@@ -63,6 +63,8 @@ pub struct ExecutorConfig {
     pub ring_depth: usize,
     /// Threads in each executor's blocking pool (sendfile of cold data, file metadata calls).
     pub blocking_threads: usize,
+    /// Period of the stall guard (0 disables it), see [`stall_guard`].
+    pub stall_guard_us: u64,
     /// Thread name prefix.
     pub name: String,
 }
@@ -76,6 +78,7 @@ impl Default for ExecutorConfig {
             spin_before_park_us: 0,
             ring_depth: 256,
             blocking_threads: 4,
+            stall_guard_us: 1000,
             name: "borges-core".to_string(),
         }
     }
@@ -262,6 +265,7 @@ where
     for (core, &cpu) in cpus.iter().enumerate() {
         let make = make.clone();
         let state = state_for(core, cpus.len());
+        let stall_guard_us = config.stall_guard_us;
         let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(cpu))
             .name(&format!("{}-{core}", config.name))
             .io_memory(locked_memory.io_memory_bytes)
@@ -279,7 +283,13 @@ where
                     cpu,
                     message: e.to_string(),
                 })?;
-                Ok(ex.run(make(core, state)))
+                let guard = Duration::from_micros(stall_guard_us);
+                Ok(ex.run(async move {
+                    if !guard.is_zero() {
+                        glommio::spawn_local(stall_guard(guard)).detach();
+                    }
+                    make(core, state).await
+                }))
             })?;
         threads.push(thread);
     }
@@ -288,6 +298,20 @@ where
         cpus,
         locked_memory,
     })
+}
+
+/// Wakes the executor every `period`, bounding a glommio 0.9.0 scheduler bug.
+///
+/// glommio 0.9.0's `run_task_queues` reports "nothing ran" when the latency ring has a
+/// completion before the first task runs (the preemption timer fired, or a foreign wakeup
+/// arrived); if polling then finds no new event the executor parks with runnable tasks and sleeps
+/// until the next event, which under light load can be seconds or never (upstream fix:
+/// glommio/glommio#53, not in a release). A pending timer caps every park at its period, so this
+/// task turns the hang into a stall of at most `period`. Its cost is one timer wakeup per period.
+pub async fn stall_guard(period: Duration) {
+    loop {
+        glommio::timer::sleep(period).await;
+    }
 }
 
 /// Runs one executor on the current thread (unpinned) until `future` completes. For tests,
@@ -303,7 +327,10 @@ pub fn run_local<T>(future: impl Future<Output = T>) -> Result<T, RuntimeError> 
             cpu: 0,
             message: e.to_string(),
         })?;
-    Ok(ex.run(future))
+    Ok(ex.run(async move {
+        glommio::spawn_local(stall_guard(Duration::from_millis(1))).detach();
+        future.await
+    }))
 }
 
 #[cfg(test)]
