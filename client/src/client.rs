@@ -15,12 +15,17 @@ use crate::connection::{Connection, Request, Response};
 use crate::error::{ClientError, Result};
 use crate::metadata::ClusterMetadata;
 
+/// The connection to one address, once connected.
+type ConnectionSlot = tokio::sync::Mutex<Option<Arc<Connection>>>;
+
 /// Shared client state. The metadata snapshot is an `Arc` swapped under a short lock;
 /// connections are opened lazily, one per `host:port`, and replaced when they die.
 pub(crate) struct ClientCore {
     pub config: ClientConfig,
     in_flight_requests_max: usize,
-    pool: tokio::sync::Mutex<HashMap<String, Arc<Connection>>>,
+    /// One slot per address; a slot's async mutex serializes connecting to that address only,
+    /// so a slow connect never holds up requests to other cores.
+    pool: std::sync::Mutex<HashMap<String, Arc<ConnectionSlot>>>,
     metadata: RwLock<Arc<ClusterMetadata>>,
     refresh: tokio::sync::Mutex<()>,
     refresh_generation: AtomicU64,
@@ -33,7 +38,7 @@ impl ClientCore {
         Ok(Arc::new(ClientCore {
             config,
             in_flight_requests_max,
-            pool: tokio::sync::Mutex::new(HashMap::new()),
+            pool: std::sync::Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
             refresh: tokio::sync::Mutex::new(()),
             refresh_generation: AtomicU64::new(0),
@@ -64,11 +69,16 @@ impl ClientCore {
 
     /// The pooled connection to `addr`, connecting when there is none or it died.
     pub async fn connection(&self, addr: &str) -> Result<Arc<Connection>> {
-        let mut pool = self.pool.lock().await;
-        if let Some(conn) = pool.get(addr) {
-            if !conn.is_closed() {
-                return Ok(conn.clone());
-            }
+        let slot = {
+            let mut pool = match self.pool.lock() {
+                Ok(pool) => pool,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            pool.entry(addr.to_string()).or_default().clone()
+        };
+        let mut current = slot.lock().await;
+        if let Some(conn) = current.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(conn.clone());
         }
         let conn = Arc::new(
             Connection::connect(
@@ -79,7 +89,7 @@ impl ClientCore {
             )
             .await?,
         );
-        pool.insert(addr.to_string(), conn.clone());
+        *current = Some(conn.clone());
         Ok(conn)
     }
 
