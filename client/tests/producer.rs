@@ -197,3 +197,37 @@ async fn unknown_topic_is_a_typed_error_after_max_block() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffer_memory_is_bounded_and_send_waits_for_it() {
+    let broker = broker();
+    create_topic(&broker, "bounded", 2).await;
+    let buffer_memory_bytes_max = 64 * 1024;
+    let config = ProducerConfig {
+        buffer_memory_bytes_max,
+        batch_size_bytes: 16 * 1024,
+        acks: Acks::All,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(common::config(&broker), config)
+        .await
+        .unwrap();
+    let value = bytes::Bytes::from(vec![b'x'; 1024]);
+    let mut acks = Vec::new();
+    let mut peak = 0;
+    for _ in 0..2_000 {
+        let ack = producer
+            .send(ProducerRecord::new("bounded").value(value.clone()))
+            .await
+            .unwrap();
+        peak = peak.max(producer.buffered_bytes());
+        acks.push(ack);
+    }
+    // 2 MB went through a 64 KiB buffer: send() waited for acknowledgements to free memory.
+    assert!(peak <= buffer_memory_bytes_max, "peak {peak}");
+    for ack in acks {
+        ack.await.unwrap();
+    }
+    assert_eq!(producer.buffered_bytes(), 0);
+    producer.close().await.unwrap();
+}

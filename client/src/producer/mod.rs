@@ -475,9 +475,9 @@ async fn send_request(inner: &Arc<Inner>, addr: String, mut batches: Vec<Produce
         }
     });
     for (id, reserved, completion, error) in failed {
-        completion.complete(Err(error));
         let released = inner.lock().complete(&[(id, reserved)]);
         inner.memory.release(released);
+        completion.complete(Err(error));
         inner.batch_done.notify_waiters();
     }
     for b in &mut batches {
@@ -579,12 +579,13 @@ fn finish_request(
     };
     let now = Instant::now();
     let mut done = Vec::new();
+    let mut completions = Vec::new();
     let mut retry = Vec::new();
     let mut refresh = false;
     for (mut batch, outcome) in batches.into_iter().zip(outcomes) {
         match outcome {
             Ok(ack) => {
-                batch.completion.complete(Ok(ack));
+                completions.push((batch.completion.clone(), Ok(ack)));
                 done.push((batch.id, batch.reserved_bytes));
             }
             Err(e) => {
@@ -604,7 +605,7 @@ fn finish_request(
                         } else {
                             e
                         };
-                        batch.completion.complete(Err(e));
+                        completions.push((batch.completion.clone(), Err(e)));
                         done.push((batch.id, batch.reserved_bytes));
                     }
                 }
@@ -613,6 +614,10 @@ fn finish_request(
     }
     let released = inner.lock().finish_request(addr, &done, retry);
     inner.memory.release(released);
+    // Futures resolve only after their memory is free and their batches are off the books.
+    for (completion, result) in completions {
+        completion.complete(result);
+    }
     if refresh {
         inner.request_metadata_refresh();
     }
@@ -643,12 +648,14 @@ fn retry_decision(
 /// Fails batches that never made it into a request.
 fn fail_batches(inner: &Arc<Inner>, batches: Vec<ProducerBatch>, error: ClientError) {
     let mut done = Vec::new();
-    for batch in batches {
-        batch.completion.complete(Err(error.clone()));
+    for batch in &batches {
         done.push((batch.id, batch.reserved_bytes));
     }
     let released = inner.lock().complete(&done);
     inner.memory.release(released);
+    for batch in batches {
+        batch.completion.complete(Err(error.clone()));
+    }
     inner.batch_done.notify_waiters();
 }
 
