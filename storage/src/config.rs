@@ -148,8 +148,11 @@ impl StorageConfig {
 pub struct StorageTuning {
     /// Direct-IO writes of one partition in flight at once (chunks of one flush round).
     pub writes_in_flight_max: usize,
-    /// The active segment file is pre-allocated in steps of this many bytes.
+    /// Largest step by which the active segment file is pre-allocated.
     pub preallocate_step_bytes: u64,
+    /// First step: a segment reserves as much again as it already has, from this size up to
+    /// `preallocate_step_bytes`, so idle partitions reserve little and busy ones grow in big steps.
+    pub preallocate_step_min_bytes: u64,
     /// Size of one read during recovery and verification scans, bytes.
     pub scan_read_size_bytes: usize,
 }
@@ -159,6 +162,7 @@ impl Default for StorageTuning {
         StorageTuning {
             writes_in_flight_max: 4,
             preallocate_step_bytes: 64 * 1024 * 1024,
+            preallocate_step_min_bytes: 1024 * 1024,
             scan_read_size_bytes: 8 * 1024 * 1024,
         }
     }

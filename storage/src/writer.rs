@@ -591,7 +591,19 @@ impl PartitionLog {
         if needed <= w.allocated_bytes {
             return Ok(());
         }
-        let step = self.core.tuning.preallocate_step_bytes.max(w.align);
+        // Grow by what the segment already holds (doubling), within [min step, max step]: the
+        // space reserved ahead never exceeds what was written, so many quiet partitions cannot
+        // fill a disk with reservations.
+        let tuning = &self.core.tuning;
+        let step = w
+            .allocated_bytes
+            .clamp(
+                tuning.preallocate_step_min_bytes,
+                tuning
+                    .preallocate_step_bytes
+                    .max(tuning.preallocate_step_min_bytes),
+            )
+            .max(w.align);
         let target = align_up(needed.max(w.allocated_bytes + step), w.align);
         w.file
             .pre_allocate(target, false)

@@ -1,6 +1,6 @@
 //! A failed write takes the whole log directory offline: every log of the core refuses appends
 //! and acknowledgements, nothing pretends success. The failure is a real one: a full file
-//! system (a 2 MiB tmpfs; skipped where tmpfs cannot be mounted).
+//! system (a 512 KiB tmpfs; skipped where tmpfs cannot be mounted).
 
 mod common;
 
@@ -24,7 +24,7 @@ fn a_full_disk_fails_the_log_directory_for_every_log_of_the_core() {
     let mnt = dir.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
         .arg(&mnt)
         .status()
         .is_ok_and(|s| s.success());
@@ -38,7 +38,7 @@ fn a_full_disk_fails_the_log_directory_for_every_log_of_the_core() {
         let a = open(&core, &mnt.join("a-0"), small_config(Durability::Fsync)).await;
         let b = open(&core, &mnt.join("b-0"), small_config(Durability::None)).await;
         let info = a.append(vec![batch(0, 1, 0, 100)], 0).unwrap();
-        // The flusher pre-allocates 64 MiB for the segment: ENOSPC.
+        // The flusher pre-allocates at least 1 MiB for the segment: ENOSPC.
         let err = a
             .wait_acked(info.last_offset, AckLevel::Leader)
             .await
