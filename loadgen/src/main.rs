@@ -100,6 +100,10 @@ struct RunArgs {
     /// Seed for keys and payloads.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Borges driver: send every request to the broker's main listener instead of the core that
+    /// owns the partition (measures the cross-core forwarding path).
+    #[arg(long)]
+    no_shard_aware: bool,
 }
 
 fn main() -> Result<()> {
@@ -147,10 +151,10 @@ fn run(args: RunArgs) -> Result<()> {
         .context("tokio runtime")?;
     let driver: Box<dyn Driver> = match args.driver {
         DriverKind::Kafka => Box::new(KafkaDriver::new(&args.bootstrap, runtime.handle().clone())),
-        DriverKind::Borges => Box::new(BorgesDriver::new(
-            &args.bootstrap,
-            runtime.handle().clone(),
-        )?),
+        DriverKind::Borges => Box::new(
+            BorgesDriver::new(&args.bootstrap, runtime.handle().clone())?
+                .shard_aware(!args.no_shard_aware),
+        ),
     };
     let broker_pid = if args.no_broker_stats {
         None

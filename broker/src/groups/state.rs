@@ -102,6 +102,8 @@ pub struct Member {
     pub session_timeout: Duration,
     /// Time allowed to revoke.
     pub rebalance_timeout: Duration,
+    /// Heartbeat interval told to this member: the broker's, at most a third of its session.
+    pub heartbeat_interval_ms: u32,
     /// Removed when no heartbeat arrives before this.
     pub session_deadline: Instant,
     /// Removed when it has not revoked what it must by this.
@@ -229,11 +231,16 @@ impl Group {
         }
         self.refresh_target(partitions_of);
         let assignment = self.reconcile(&member_id, now);
-        let epoch = self.members.get(&member_id).map_or(0, |m| m.epoch);
+        let (epoch, interval) = self
+            .members
+            .get(&member_id)
+            .map_or((0, limits.heartbeat_interval_ms), |m| {
+                (m.epoch, m.heartbeat_interval_ms)
+            });
         Ok(HeartbeatReply {
             member_id,
             member_epoch: epoch,
-            heartbeat_interval_ms: limits.heartbeat_interval_ms as i32,
+            heartbeat_interval_ms: interval as i32,
             assignment,
         })
     }
@@ -299,6 +306,7 @@ impl Group {
                 topics,
                 session_timeout,
                 rebalance_timeout: Duration::from_millis(u64::from(rebalance_ms)),
+                heartbeat_interval_ms: limits.heartbeat_interval_ms.min(session_ms / 3).max(1),
                 session_deadline: now + session_timeout,
                 revoke_deadline: None,
                 owned: Assignment::new(),
@@ -553,6 +561,27 @@ mod tests {
         assert_eq!(b3.assignment, b2.assignment);
         let _ = beat(&mut g, &a3, &a3.assignment, now).unwrap();
         assert_eq!(g.state(), "Stable");
+    }
+
+    #[test]
+    fn heartbeat_interval_fits_the_session() {
+        let now = Instant::now();
+        let mut g = Group::new("g");
+        let short = g
+            .heartbeat(
+                Heartbeat {
+                    session_timeout_ms: 1_500,
+                    subscribed_topics: Some(vec!["orders".into()]),
+                    ..Default::default()
+                },
+                &LIMITS,
+                &four,
+                now,
+            )
+            .unwrap();
+        assert_eq!(short.heartbeat_interval_ms, 500);
+        let default = join(&mut g, "b", now);
+        assert_eq!(default.heartbeat_interval_ms, 1_000);
     }
 
     #[test]

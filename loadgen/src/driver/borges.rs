@@ -47,6 +47,7 @@ fn err(e: impl std::fmt::Display) -> LoadgenError {
 pub struct BorgesDriver {
     bootstrap: String,
     runtime: Handle,
+    shard_aware: bool,
 }
 
 impl BorgesDriver {
@@ -56,11 +57,21 @@ impl BorgesDriver {
         Ok(BorgesDriver {
             bootstrap: bootstrap.to_string(),
             runtime,
+            shard_aware: true,
         })
     }
 
+    /// Whether clients connect to each partition's owning core (the default) or only to the
+    /// broker's main listener (every request may cross cores).
+    pub fn shard_aware(mut self, shard_aware: bool) -> BorgesDriver {
+        self.shard_aware = shard_aware;
+        self
+    }
+
     fn config(&self, client_id: &str) -> ClientConfig {
-        ClientConfig::new(&self.bootstrap).client_id(client_id)
+        ClientConfig::new(&self.bootstrap)
+            .client_id(client_id)
+            .shard_aware(self.shard_aware)
     }
 
     fn admin(&self) -> Result<Admin> {
