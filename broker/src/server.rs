@@ -51,6 +51,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         source: e,
     })?;
     let _lock = lock_data_dir(&config)?;
+    let (files_before, files_after) = executor::raise_open_files_limit();
     let cpus = executor::plan_cpus(config.cores)?;
     let cores = cpus.len();
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -101,7 +102,8 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         cores,
         cpus = ?started.cpus,
         data_dir = %shared.config.data_dir.display(),
-        "starting: {}",
+        open_files_max = files_after,
+        "starting: {} (RLIMIT_NOFILE {files_before} -> {files_after})",
         started.locked_memory
     );
     let mut errors = Vec::new();

@@ -184,6 +184,29 @@ pub fn plan_locked_memory(cores: usize, io_memory_wanted_bytes: usize) -> Locked
     }
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (every partition's active segment needs a
+/// few descriptors while it is being written). Returns (before, after).
+pub fn raise_open_files_limit() -> (u64, u64) {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
+            return (0, 0);
+        }
+        let before = rl.rlim_cur;
+        if rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                return (before, before);
+            }
+        }
+        (before, rl.rlim_cur)
+    }
+}
+
 /// CPUs this process may run on (its affinity mask, so `taskset` is respected).
 pub fn available_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.

@@ -351,27 +351,117 @@ pub(crate) fn spawn_flusher(log: &Rc<PartitionLog>, writer: Writer) {
     .detach();
 }
 
-async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, mut writer: Writer) {
+/// How long a partition's flusher stays idle before it closes the segment files (they are
+/// reopened on the next append), so that idle partitions hold no file descriptors.
+const HIBERNATE_AFTER: Duration = Duration::from_secs(5);
+
+/// The flusher's files: open, or closed while the partition is idle.
+enum Files {
+    Open(Box<Writer>),
+    Dormant(Dormant),
+}
+
+/// What reopening a writer needs.
+struct Dormant {
+    dir: std::path::PathBuf,
+    segment_base: i64,
+    position: u64,
+    persisted_offsets: usize,
+    persisted_times: usize,
+    last_sync: Instant,
+    last_checkpoint: Instant,
+}
+
+impl Writer {
+    /// Closes the files, keeping what is needed to reopen them where they were.
+    async fn hibernate(self, dir: &Path) -> Result<Dormant, StorageError> {
+        let dormant = Dormant {
+            dir: dir.to_path_buf(),
+            segment_base: self.segment_base,
+            position: self.position,
+            persisted_offsets: self.persisted_offsets,
+            persisted_times: self.persisted_times,
+            last_sync: self.last_sync,
+            last_checkpoint: self.last_checkpoint,
+        };
+        self.close().await?;
+        Ok(dormant)
+    }
+}
+
+impl Dormant {
+    async fn wake(&self) -> Result<Writer, StorageError> {
+        let mut w = Writer::open(
+            &self.dir,
+            self.segment_base,
+            self.position,
+            self.persisted_offsets,
+            self.persisted_times,
+        )
+        .await?;
+        w.last_sync = self.last_sync;
+        w.last_checkpoint = self.last_checkpoint;
+        Ok(w)
+    }
+}
+
+async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer) {
+    let mut files = Files::Open(Box::new(writer));
+    // A partition that has nothing to do right after opening closes its files at once.
+    let mut hibernate_after = Duration::ZERO;
     loop {
         let seen = work.generation();
         let Some(log) = weak.upgrade() else {
             return;
         };
+        if let Files::Dormant(d) = &files {
+            match d.wake().await {
+                Ok(w) => files = Files::Open(Box::new(w)),
+                Err(e) => {
+                    log.core.fail(&e.to_string());
+                    log.stop_flusher(|| {
+                        StorageError::LogDirFailed(log.core.data_dir().to_path_buf())
+                    });
+                    return;
+                }
+            }
+        }
+        let Files::Open(writer) = &mut files else {
+            return;
+        };
         tracing::trace!(dir = %log.dir.display(), "flusher step");
-        let step = log.flusher_step(&mut writer).await;
+        let step = log.flusher_step(writer).await;
+        let dir = log.dir.clone();
         drop(log);
         match step {
-            Step::Worked => borges_runtime::task::yield_now().await,
+            Step::Worked => {
+                hibernate_after = HIBERNATE_AFTER;
+                borges_runtime::task::yield_now().await
+            }
             Step::Stop => {
-                let closed = writer.close().await;
-                if let Err(e) = closed {
-                    tracing::warn!("closing segment files: {e}");
+                if let Files::Open(w) = files {
+                    if let Err(e) = w.close().await {
+                        tracing::warn!("closing segment files: {e}");
+                    }
                 }
                 return;
             }
             Step::Idle(None) => {
                 tracing::trace!("flusher idle");
-                work.changed_since(seen).await;
+                let woke = borges_runtime::time::timeout(hibernate_after, work.changed_since(seen))
+                    .await
+                    .is_some();
+                if !woke {
+                    let Files::Open(w) = files else { return };
+                    match w.hibernate(&dir).await {
+                        Ok(d) => files = Files::Dormant(d),
+                        Err(e) => {
+                            tracing::warn!("closing idle segment files: {e}");
+                            return;
+                        }
+                    }
+                    work.changed_since(seen).await;
+                }
             }
             Step::Idle(Some(d)) => {
                 tracing::trace!(?d, "flusher idle with deadline");

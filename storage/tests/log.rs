@@ -390,3 +390,57 @@ fn open_files_stay_bounded() {
         log.close().await.unwrap();
     });
 }
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+#[test]
+fn idle_partitions_hold_no_descriptors_and_wake_on_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    run(move || async move {
+        let before = open_descriptors();
+        let core = core(&path, storage_config()).await;
+        let mut logs = Vec::new();
+        for p in 0..300 {
+            logs.push(
+                open(
+                    &core,
+                    &path.join(format!("idle-{p}")),
+                    small_config(Durability::Fsync),
+                )
+                .await,
+            );
+        }
+        // Each flusher closes its segment files once it finds nothing to do.
+        let mut held = usize::MAX;
+        for _ in 0..200 {
+            borges_runtime::time::sleep(std::time::Duration::from_millis(10)).await;
+            held = open_descriptors().saturating_sub(before);
+            if held < 100 {
+                break;
+            }
+        }
+        assert!(
+            held < 100,
+            "300 idle partitions still hold {held} descriptors"
+        );
+        // A dormant partition reopens its files on the next append, then reads back.
+        for (i, log) in logs.iter().enumerate().take(20) {
+            let info = log.append(vec![batch(i as u64, 3, 0, 10)], 0).unwrap();
+            log.wait_acked(info.last_offset, AckLevel::All)
+                .await
+                .unwrap();
+        }
+        for (i, log) in logs.iter().enumerate().take(20) {
+            let got = values(&read_all(log, 0, ReadBound::HighWatermark).await);
+            assert_eq!(got.len(), 3);
+            assert_eq!(got[0].0, 0);
+            let _ = i;
+        }
+        for log in &logs {
+            log.close().await.unwrap();
+        }
+    });
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Broker benchmarks: produce and fetch limits next to the loopback TCP limit measured in the same
+# run (iperf3), publish latency at half the maximum rate, sendfile vs copy for file-backed
+# fetches, direct vs forwarded (cross-core) paths, and RSS with 10,000 idle partitions.
+#
+#   scripts/bench-broker.sh [OUT_DIR]        (default results/broker-<date>)
+#
+# The broker is pinned to CPU 0 (--cores 1) and the load generator to CPU 1, except for the
+# direct-vs-forwarded runs, where the broker uses both CPUs (--cores 2) and shares them with the
+# load generator. Every command is appended to OUT_DIR/commands.txt; summary.md collects the
+# figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-results/broker-$(date +%Y-%m-%d)}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+PORT=19500
+BIN=target/release/borges
+LG=target/release/borges-loadgen
+
+command -v iperf3 >/dev/null || apt-get install -y -qq iperf3 >/dev/null
+cargo build --release -p borges-cli -p borges-loadgen >/dev/null
+: >"$OUT/commands.txt"
+
+log() { printf '%s\n' "$*" | tee -a "$OUT/commands.txt" >&2; }
+
+BPID=""
+BDIR=""
+start_broker() { # CPUS CORES [extra broker args...]
+    local cpus=$1 cores=$2
+    shift 2
+    BDIR=$(mktemp -d /tmp/borges-bench-broker.XXXXXX)
+    log "taskset -c $cpus $BIN broker --data-dir $BDIR/data --cores $cores --listen 127.0.0.1:$PORT --metrics-listen '' $*"
+    taskset -c "$cpus" "$BIN" broker --data-dir "$BDIR/data" --cores "$cores" \
+        --listen "127.0.0.1:$PORT" --metrics-listen "" --ready-file "$BDIR/ready.json" "$@" \
+        >"$BDIR/broker.log" 2>&1 &
+    BPID=$!
+    for _ in $(seq 1 300); do [ -f "$BDIR/ready.json" ] && return 0; sleep 0.1; done
+    echo "broker did not start; log:" >&2
+    cat "$BDIR/broker.log" >&2
+    exit 1
+}
+
+stop_broker() {
+    kill -TERM "$BPID" 2>/dev/null || true
+    wait "$BPID" 2>/dev/null || true
+    rm -rf "$BDIR"
+}
+trap 'stop_broker' EXIT
+
+loadgen() { # NAME CPUS WORKLOAD [extra loadgen args...]
+    local name=$1 cpus=$2 workload=$3
+    shift 3
+    log "taskset -c $cpus $LG run --workload $workload --driver borges --bootstrap 127.0.0.1:$PORT --broker-pid $BPID --json $OUT/$name.json $*"
+    taskset -c "$cpus" "$LG" run --workload "$workload" --driver borges \
+        --bootstrap "127.0.0.1:$PORT" --broker-pid "$BPID" --json "$OUT/$name.json" --quiet "$@" \
+        >"$OUT/$name.txt" 2>&1
+}
+
+field() { grep -m1 "^$2=" "$OUT/$1.txt" | cut -d= -f2; }
+
+# 1. The loopback TCP limit, same pinning as the broker runs.
+log "taskset -c 0 iperf3 -s -1 -p 5301 & taskset -c 1 iperf3 -c 127.0.0.1 -p 5301 -t 10 -J"
+taskset -c 0 iperf3 -s -1 -p 5301 >/dev/null 2>&1 &
+sleep 1
+taskset -c 1 iperf3 -c 127.0.0.1 -p 5301 -t 10 -J >"$OUT/iperf3.json"
+LOOPBACK_MB_S=$(python3 -c "import json;d=json.load(open('$OUT/iperf3.json'));print(round(d['end']['sum_received']['bits_per_second']/8/2**20,1))")
+
+# 2. Produce limits (1 partition, 1 KiB records, 64 KiB and 1 MiB batches, acks=1).
+for w in produce-1p-1kb-64k produce-1p-1kb-1m; do
+    start_broker 0 1
+    loadgen "$w" 1 "loadgen/workloads/broker/$w.toml"
+    stop_broker
+done
+
+# 3. Fetch of recent data (served from the broker's memory) and from segment files, sendfile
+#    and copy.
+start_broker 0 1
+loadgen fetch-recent-1p-1kb 1 loadgen/workloads/broker/fetch-recent-1p-1kb.toml
+stop_broker
+for mode in sendfile copy; do
+    cfg=$(mktemp /tmp/borges-bench-cfg.XXXXXX.toml)
+    printf '[fetch]\nsend_mode = "%s"\n' "$mode" >"$cfg"
+    start_broker 0 1 --config "$cfg"
+    loadgen "fetch-file-1p-1kb-$mode" 1 loadgen/workloads/broker/fetch-file-1p-1kb.toml
+    stop_broker
+    rm -f "$cfg"
+done
+
+# 4. Publish latency at half the maximum rate measured in step 2 (64 KiB batches), linger 0.
+MAX_RECORDS=$(field produce-1p-1kb-64k throughput_records_s | cut -d. -f1)
+HALF=$((MAX_RECORDS / 2))
+LAT="$OUT/latency-1p-1kb-half.toml"
+sed -e "s/^name = .*/name = \"latency-1p-1kb-half\"/" \
+    -e "s/^description = .*/description = \"Publish latency at half the measured maximum ($HALF records\/s), linger 0, acks=1.\"/" \
+    -e "s/^rate_records_s = .*/rate_records_s = $HALF/" -e "/^max_rate_mode/d" \
+    -e "s/^linger_ms = .*/linger_ms = 0/" loadgen/workloads/broker/produce-1p-1kb-64k.toml >"$LAT"
+start_broker 0 1
+loadgen latency-1p-1kb-half 1 "$LAT"
+stop_broker
+
+# 5. Direct vs forwarded: 16 partitions on 2 broker cores.
+for path in direct forwarded; do
+    extra=()
+    [ "$path" = forwarded ] && extra=(--no-shard-aware)
+    start_broker 0,1 2
+    loadgen "paths-$path" 0,1 loadgen/workloads/broker/produce-16p-1kb-paths.toml "${extra[@]}"
+    stop_broker
+done
+
+# 6. RSS with 10,000 idle partitions.
+start_broker 0 1
+RSS_EMPTY=$(awk '/VmRSS/ {print $2}' "/proc/$BPID/status")
+for i in $(seq 0 9); do
+    log "$BIN topic create idle-$i --partitions 1000 --bootstrap 127.0.0.1:$PORT"
+    "$BIN" topic create "idle-$i" --partitions 1000 --bootstrap "127.0.0.1:$PORT" >/dev/null
+done
+sleep 5
+RSS_10K=$(awk '/VmRSS/ {print $2}' "/proc/$BPID/status")
+FDS_10K=$(ls "/proc/$BPID/fd" | wc -l)
+stop_broker
+
+{
+    echo "# Broker benchmarks ($(date -u +%Y-%m-%dT%H:%MZ))"
+    echo
+    echo "Machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r). Broker on CPU 0 (--cores 1), load generator on CPU 1, unless noted."
+    echo
+    echo "Loopback TCP limit (iperf3, one stream, same pinning): **$LOOPBACK_MB_S MiB/s**"
+    echo
+    echo "| run | throughput MiB/s | % of loopback | records/s | publish p50 / p99 / p99.9 ms | broker CPU % |"
+    echo "|---|---:|---:|---:|---|---:|"
+    for r in produce-1p-1kb-64k produce-1p-1kb-1m latency-1p-1kb-half paths-direct paths-forwarded; do
+        mb=$(field "$r" throughput_mb_s)
+        echo "| $r | $mb | $(python3 -c "print(round(100*$mb/$LOOPBACK_MB_S,1))") | $(field "$r" throughput_records_s) | $(field "$r" publish_p50_ms) / $(field "$r" publish_p99_ms) / $(field "$r" publish_p999_ms) | $(field "$r" broker_cpu_pct_avg) |"
+    done
+    echo
+    echo "| fetch run | consume MiB/s | % of loopback | catch-up s | broker CPU % |"
+    echo "|---|---:|---:|---:|---:|"
+    for r in fetch-recent-1p-1kb fetch-file-1p-1kb-sendfile fetch-file-1p-1kb-copy; do
+        mb=$(field "$r" consume_throughput_mb_s)
+        echo "| $r | $mb | $(python3 -c "print(round(100*$mb/$LOOPBACK_MB_S,1))") | $(field "$r" catch_up_s) | $(field "$r" broker_cpu_pct_avg) |"
+    done
+    echo
+    echo "RSS with no topics: $((RSS_EMPTY / 1024)) MiB; with 10,000 idle partitions: **$((RSS_10K / 1024)) MiB** ($FDS_10K open descriptors)."
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
