@@ -84,6 +84,8 @@ pub struct CoreStorage {
     pub(crate) write_buffers: RefCell<Vec<borges_runtime::fs::AlignedBuf>>,
     /// Eviction order of the tail cache: (log, cached up to this offset, bytes covered).
     tickets: RefCell<VecDeque<(Weak<PartitionLog>, i64, u64)>>,
+    /// Flushers of this core holding their segment files open.
+    pub(crate) open_writers: Cell<usize>,
 }
 
 impl CoreStorage {
@@ -122,7 +124,19 @@ impl CoreStorage {
             files: RefCell::new(FileCache::default()),
             tickets: RefCell::new(VecDeque::new()),
             write_buffers: RefCell::new(Vec::new()),
+            open_writers: Cell::new(0),
         }))
+    }
+
+    /// Flushers holding segment files open (3 descriptors each).
+    pub fn open_writers(&self) -> usize {
+        self.open_writers.get()
+    }
+
+    /// Whether idle flushers should close their files at once: more writers are open than a
+    /// quarter of `open_files_max` allows.
+    pub(crate) fn writers_crowded(&self) -> bool {
+        self.open_writers.get() > (self.config.open_files_max as usize / 4).max(16)
     }
 
     /// Appended but not yet flushed bytes of every log on this core.

@@ -68,7 +68,11 @@ impl PartitionLog {
             }
             tracing::info!(dir = %self.dir.display(), base, "retention deleted segment");
         }
-        self.work.notify_all();
+        // Only a roll or a deletion gives the flusher work; waking it otherwise would reopen
+        // the files of every idle partition on every tick.
+        if outcome.rolled || outcome.segments_deleted > 0 {
+            self.work.notify_all();
+        }
         Ok(outcome)
     }
 

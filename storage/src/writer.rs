@@ -357,7 +357,11 @@ const HIBERNATE_AFTER: Duration = Duration::from_secs(5);
 
 /// The flusher's files: open, or closed while the partition is idle.
 enum Files {
-    Open(Box<Writer>),
+    /// The writer, and its place in the core's count of open writers.
+    Open {
+        writer: Box<Writer>,
+        _counted: OpenWriter,
+    },
     Dormant(Dormant),
 }
 
@@ -405,8 +409,33 @@ impl Dormant {
     }
 }
 
+/// Counts a flusher's open files on its core for as long as they are open.
+struct OpenWriter(Rc<crate::core::CoreStorage>);
+
+impl OpenWriter {
+    fn new(core: &Rc<crate::core::CoreStorage>) -> OpenWriter {
+        core.open_writers.set(core.open_writers.get() + 1);
+        OpenWriter(core.clone())
+    }
+}
+
+impl Drop for OpenWriter {
+    fn drop(&mut self) {
+        self.0
+            .open_writers
+            .set(self.0.open_writers.get().saturating_sub(1));
+    }
+}
+
 async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer) {
-    let mut files = Files::Open(Box::new(writer));
+    let Some(log) = weak.upgrade() else {
+        return;
+    };
+    let mut files = Files::Open {
+        writer: Box::new(writer),
+        _counted: OpenWriter::new(&log.core),
+    };
+    drop(log);
     // A partition that has nothing to do right after opening closes its files at once.
     let mut hibernate_after = Duration::ZERO;
     loop {
@@ -416,7 +445,12 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
         };
         if let Files::Dormant(d) = &files {
             match d.wake().await {
-                Ok(w) => files = Files::Open(Box::new(w)),
+                Ok(w) => {
+                    files = Files::Open {
+                        writer: Box::new(w),
+                        _counted: OpenWriter::new(&log.core),
+                    }
+                }
                 Err(e) => {
                     log.core.fail(&e.to_string());
                     log.stop_flusher(|| {
@@ -426,12 +460,13 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
                 }
             }
         }
-        let Files::Open(writer) = &mut files else {
+        let Files::Open { writer, .. } = &mut files else {
             return;
         };
         tracing::trace!(dir = %log.dir.display(), "flusher step");
         let step = log.flusher_step(writer).await;
         let dir = log.dir.clone();
+        let crowded = log.core.writers_crowded();
         drop(log);
         match step {
             Step::Worked => {
@@ -439,7 +474,7 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
                 borges_runtime::task::yield_now().await
             }
             Step::Stop => {
-                if let Files::Open(w) = files {
+                if let Files::Open { writer: w, .. } = files {
                     if let Err(e) = w.close().await {
                         tracing::warn!("closing segment files: {e}");
                     }
@@ -448,11 +483,18 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
             }
             Step::Idle(None) => {
                 tracing::trace!("flusher idle");
-                let woke = borges_runtime::time::timeout(hibernate_after, work.changed_since(seen))
+                let wait = if crowded {
+                    Duration::ZERO
+                } else {
+                    hibernate_after
+                };
+                let woke = borges_runtime::time::timeout(wait, work.changed_since(seen))
                     .await
                     .is_some();
                 if !woke {
-                    let Files::Open(w) = files else { return };
+                    let Files::Open { writer: w, .. } = files else {
+                        return;
+                    };
                     match w.hibernate(&dir).await {
                         Ok(d) => files = Files::Dormant(d),
                         Err(e) => {
