@@ -7,6 +7,7 @@
 //!
 //! Not part of the public SDK.
 
+pub mod blast;
 pub mod clock;
 pub mod driver;
 pub mod error;

@@ -50,6 +50,8 @@ enum Command {
         #[arg(required = true)]
         results: Vec<PathBuf>,
     },
+    /// Measures the broker's own produce or fetch limit with pre-encoded requests.
+    Blast(borges_loadgen::blast::BlastArgs),
     /// Checks workload files.
     Validate {
         /// Workload TOML files.
@@ -110,6 +112,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run(args),
+        Command::Blast(args) => borges_loadgen::blast::run(args),
         Command::Report {
             out,
             notes,

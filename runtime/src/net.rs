@@ -167,6 +167,18 @@ impl TcpStream {
         let socket = self.inner.as_raw_fd();
         let end = position + length;
         let mut at = position;
+        // Segment files are written with direct IO, so their data is usually not in the page
+        // cache: ask for the whole range at once (one large read) instead of letting sendfile
+        // fault it in one readahead window at a time.
+        // SAFETY: advice on a descriptor we hold; no memory is passed.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                position as libc::off_t,
+                length as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
         while at < end {
             let outcome = if offload {
                 let file = file.clone();
