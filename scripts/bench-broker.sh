@@ -66,7 +66,47 @@ sleep 1
 taskset -c 1 iperf3 -c 127.0.0.1 -p 5301 -t 10 -J >"$OUT/iperf3.json"
 LOOPBACK_MB_S=$(python3 -c "import json;d=json.load(open('$OUT/iperf3.json'));print(round(d['end']['sum_received']['bits_per_second']/8/2**20,1))")
 
-# 2. Produce limits (1 partition, 1 KiB records, 64 KiB and 1 MiB batches, acks=1).
+cpu_ticks() { awk '{print $14+$15}' "/proc/$BPID/stat"; }
+
+blast() { # NAME [blast args...]: pre-encoded requests to core 0's own port; broker CPU-s per GiB
+    local name=$1
+    shift
+    local core_port=$((PORT + 1))
+    log "taskset -c 1 $LG blast $* --target 127.0.0.1:$core_port"
+    local t0
+    t0=$(cpu_ticks)
+    taskset -c 1 "$LG" blast "$@" --target "127.0.0.1:$core_port" >"$OUT/$name.txt" 2>&1
+    local t1 mb
+    t1=$(cpu_ticks)
+    mb=$(field "$name" throughput_mb_s)
+    # ticks are 1/100 s; the run lasts 1 s warm-up + duration.
+    echo "broker_cpu_s_per_gib=$(python3 -c "d=$BLAST_S+1; mb=$mb; print(round(($t1-$t0)/100/max(mb*$BLAST_S/1024,1e-9),3))")" >>"$OUT/$name.txt"
+}
+BLAST_S=15
+
+# 2a. Broker limits without client overhead (`borges-loadgen blast`): produce 1 KiB records in
+#     64 KiB and 1 MiB batches (acks=1), then fetch recent data (memory) and file data with
+#     sendfile and with copy.
+for mode in sendfile copy; do
+    cfg=$(mktemp /tmp/borges-bench-cfg.XXXXXX.toml)
+    printf '[fetch]\nsend_mode = "%s"\n[log]\ndurability = "none"\n' "$mode" >"$cfg"
+    start_broker 0 1 --config "$cfg"
+    "$BIN" topic create blast --partitions 1 --bootstrap "127.0.0.1:$PORT" >/dev/null
+    if [ "$mode" = sendfile ]; then
+        blast blast-produce-64k produce --topic blast --batch-bytes 65536 --batches-per-request 16 --duration-s $BLAST_S
+        blast blast-produce-1m produce --topic blast --batch-bytes 1048576 --batches-per-request 1 --duration-s $BLAST_S
+    else
+        blast blast-produce-fill produce --topic blast --batch-bytes 1048576 --batches-per-request 1 --duration-s 5
+    fi
+    # Recent data: the newest ~200 MB are in the broker's tail cache (memory).
+    blast "blast-fetch-recent-$mode" fetch --topic blast --offset-from-end 200000 --fetch-bytes 1048576 --in-flight 4 --duration-s $BLAST_S --bootstrap "127.0.0.1:$PORT"
+    # File data: offset 0, far behind the tail cache (page cache after the first pass).
+    blast "blast-fetch-file-$mode" fetch --topic blast --offset 0 --fetch-bytes 1048576 --in-flight 4 --duration-s $BLAST_S
+    stop_broker
+    rm -f "$cfg"
+done
+
+# 2b. Produce limits through the SDK (1 partition, 1 KiB records, 64 KiB and 1 MiB batches).
 for w in produce-1p-1kb-64k produce-1p-1kb-1m; do
     start_broker 0 1
     loadgen "$w" 1 "loadgen/workloads/broker/$w.toml"
@@ -132,6 +172,15 @@ stop_broker
     for r in produce-1p-1kb-64k produce-1p-1kb-1m latency-1p-1kb-half paths-direct paths-forwarded; do
         mb=$(field "$r" throughput_mb_s)
         echo "| $r | $mb | $(python3 -c "print(round(100*$mb/$LOOPBACK_MB_S,1))") | $(field "$r" throughput_records_s) | $(field "$r" publish_p50_ms) / $(field "$r" publish_p99_ms) / $(field "$r" publish_p999_ms) | $(field "$r" broker_cpu_pct_avg) |"
+    done
+    echo
+    echo "Broker limits with pre-encoded requests (\`borges-loadgen blast\`, no client-library work):"
+    echo
+    echo "| blast run | MiB/s | % of loopback | requests/s | broker CPU-s per GiB |"
+    echo "|---|---:|---:|---:|---:|"
+    for r in blast-produce-64k blast-produce-1m blast-fetch-recent-sendfile blast-fetch-file-sendfile blast-fetch-recent-copy blast-fetch-file-copy; do
+        mb=$(field "$r" throughput_mb_s)
+        echo "| $r | $mb | $(python3 -c "print(round(100*$mb/$LOOPBACK_MB_S,1))") | $(field "$r" requests_s) | $(field "$r" broker_cpu_s_per_gib) |"
     done
     echo
     echo "| fetch run | consume MiB/s | % of loopback | catch-up s | broker CPU % |"

@@ -57,6 +57,13 @@ pub struct BlastArgs {
     /// Fetch offset (fetch).
     #[arg(long, default_value_t = 0)]
     pub offset: i64,
+    /// Fetch this many records before the partition's end instead of `--offset` (needs
+    /// `--bootstrap`).
+    #[arg(long)]
+    pub offset_from_end: Option<i64>,
+    /// Broker address for looking up offsets.
+    #[arg(long)]
+    pub bootstrap: Option<String>,
     /// Bytes per fetch (fetch).
     #[arg(long, default_value_t = 1 << 20)]
     pub fetch_bytes: i32,
@@ -73,11 +80,15 @@ pub struct BlastArgs {
 
 fn produce_frame(args: &BlastArgs) -> Result<BytesMut> {
     let value = vec![b'x'; args.record_bytes];
+    // Real timestamps: retention judges segments by them.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let mut payload = Vec::new();
     for _ in 0..args.batches_per_request {
         let mut b = BatchBuilder::new(BatchOptions::default(), args.batch_bytes);
         while b.size_bytes() + args.record_bytes + 16 <= args.batch_bytes || b.is_empty() {
-            b.push(0, None, Some(&value), &[]);
+            b.push(now_ms, None, Some(&value), &[]);
         }
         payload.extend_from_slice(&b.build()?);
     }
@@ -256,8 +267,32 @@ async fn connection(
     Ok(counts)
 }
 
+/// Resolves `--offset-from-end` to an absolute offset with a ListOffsets for the latest offset.
+async fn resolve_offset(args: &BlastArgs) -> Result<i64> {
+    let Some(back) = args.offset_from_end else {
+        return Ok(args.offset);
+    };
+    let bootstrap = args
+        .bootstrap
+        .as_deref()
+        .context("--offset-from-end needs --bootstrap")?;
+    let admin = borges_client::Admin::new(borges_client::ClientConfig::new(bootstrap)).await?;
+    let tp = borges_client::TopicPartition::new(args.topic.as_str(), args.partition);
+    let listed = admin
+        .list_offsets(vec![(tp, borges_client::OffsetSpec::Latest)])
+        .await?;
+    let end = listed.first().map_or(0, |l| l.offset);
+    Ok((end - back).max(0))
+}
+
 /// Runs a blast and prints per-run figures and `key=value` lines.
-pub fn run(args: BlastArgs) -> Result<()> {
+pub fn run(mut args: BlastArgs) -> Result<()> {
+    if args.offset_from_end.is_some() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        args.offset = rt.block_on(resolve_offset(&args))?;
+    }
     let frame = match args.kind {
         BlastKind::Produce => produce_frame(&args)?,
         BlastKind::Fetch => fetch_frame(&args)?,
