@@ -29,6 +29,60 @@ use crate::wire::{self, Response};
 /// Bytes read from a socket at once when no frame size is known yet.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// The read buffer of a connection. Large frames get a buffer of their own from `calloc` (whose
+/// fresh pages the kernel hands out zeroed), so no memset pass precedes the receive copy;
+/// `initialized` tracks how far past `len` the bytes are known to be initialized, so that
+/// growing `len` over them needs no zeroing either.
+struct ReadBuffer {
+    buf: BytesMut,
+    /// `buf[..initialized]` (up to capacity) is initialized memory.
+    initialized: usize,
+}
+
+impl ReadBuffer {
+    fn new() -> ReadBuffer {
+        ReadBuffer {
+            buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            initialized: 0,
+        }
+    }
+
+    /// Grows `len` by `want` bytes for a receive and returns them. `frame_total` is the size of
+    /// the frame being read, when its header has been seen.
+    fn prepare(&mut self, want: usize, frame_total: Option<usize>) -> &mut [u8] {
+        let start = self.buf.len();
+        if let Some(total) = frame_total {
+            if total > READ_CHUNK_BYTES && self.buf.capacity() < total {
+                let mut fresh = BytesMut::zeroed(total);
+                fresh[..start].copy_from_slice(&self.buf);
+                fresh.truncate(start);
+                self.buf = fresh;
+                self.initialized = total;
+            }
+        }
+        let end = start + want;
+        if end <= self.initialized && end <= self.buf.capacity() {
+            // SAFETY: bytes up to `initialized` were written (zeroed or received) in this very
+            // allocation, which neither `truncate` nor `split_to` moves or frees.
+            unsafe { self.buf.set_len(end) };
+        } else {
+            self.buf.resize(end, 0);
+            self.initialized = end;
+        }
+        &mut self.buf[start..]
+    }
+
+    /// Keeps `n` of the bytes prepared at `start`.
+    fn commit(&mut self, start: usize, n: usize) {
+        self.buf.truncate(start + n);
+    }
+
+    /// Notes that `n` bytes were split off the front.
+    fn consumed(&mut self, n: usize) {
+        self.initialized = self.initialized.saturating_sub(n);
+    }
+}
+
 /// A request being completed; resolves to the response to write (none for acks=0 produces).
 pub type ResponseTask = Task<Option<Response>>;
 
@@ -163,14 +217,15 @@ async fn read_loop(
     let limits = &core.config.limits;
     let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
     let mut decoder = FrameDecoder::new(limits.frame_size_bytes_max);
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut rb = ReadBuffer::new();
     let mut permit: Option<StaticPermit> = None;
     loop {
         if core.shutting_down.get() {
             return Err("broker shutting down".into());
         }
-        match decoder.decode(&mut buf) {
+        match decoder.decode(&mut rb.buf) {
             Ok(Some(frame)) => {
+                rb.consumed(frame.header.frame_size_bytes as usize);
                 let permit = match permit.take() {
                     Some(p) => p,
                     None => acquire(core, frame_size(&frame)).await?,
@@ -181,35 +236,35 @@ async fn read_loop(
             }
             Ok(None) => {}
             Err(e) => {
-                reject_stream(core, in_flight, &buf, e).await;
+                reject_stream(core, in_flight, &rb.buf, e).await;
                 return Err("undecodable frame".into());
             }
         }
-        let want = match decoder.frame_size_bytes_next() {
+        let total = decoder.frame_size_bytes_next();
+        let want = match total {
             Some(total) => {
                 if permit.is_none() {
                     permit = Some(acquire(core, total as u64).await?);
                 }
-                total.saturating_sub(buf.len()).max(1)
+                total.saturating_sub(rb.buf.len()).max(1)
             }
             None => READ_CHUNK_BYTES,
         };
-        let start = buf.len();
-        buf.resize(start + want, 0);
-        let read = read_some(core, &mut stream, &mut buf[start..], idle).await;
+        let start = rb.buf.len();
+        let read = read_some(core, &mut stream, rb.prepare(want, total), idle).await;
         match read {
             Ok(0) => {
-                buf.truncate(start);
+                rb.commit(start, 0);
                 return Err("peer closed".into());
             }
             Ok(n) => {
-                buf.truncate(start + n);
+                rb.commit(start, n);
                 core.metrics
                     .bytes_received
                     .set(core.metrics.bytes_received.get() + n as u64);
             }
             Err(e) => {
-                buf.truncate(start);
+                rb.commit(start, 0);
                 return Err(e);
             }
         }

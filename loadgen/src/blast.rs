@@ -167,7 +167,7 @@ fn fetch_frame(args: &BlastArgs) -> Result<BytesMut> {
     )?)
 }
 
-/// Checks the first response of a connection for a partition error.
+/// Checks a response for a partition error.
 fn check_response(kind: BlastKind, message: &[u8]) -> Result<()> {
     let code = match kind {
         BlastKind::Produce => {
@@ -237,7 +237,8 @@ async fn connection(
         loop {
             match decoder.decode(&mut buf)? {
                 Some(f) => {
-                    if !checked {
+                    // Every produce answer is checked (they are small); fetch answers once.
+                    if args.kind == BlastKind::Produce || !checked {
                         check_response(args.kind, &f.message)?;
                         checked = true;
                     }
