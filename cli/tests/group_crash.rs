@@ -43,6 +43,34 @@ async fn a_killed_member_process_loses_its_partitions_to_the_survivor_without_lo
         .unwrap();
     produce(&config, 0, 100).await;
 
+    // Throughout the test, committed offsets of the group are sampled: they must never move
+    // backwards, whatever happens to its members.
+    let watcher = {
+        let admin = Admin::new(config.clone()).await.unwrap();
+        tokio::spawn(async move {
+            let mut seen: std::collections::HashMap<i32, i64> = Default::default();
+            let mut samples = 0u32;
+            loop {
+                if let Ok(offsets) = admin.list_group_offsets("crew").await {
+                    for (tp, offset) in offsets {
+                        let last = seen.entry(tp.partition).or_insert(offset);
+                        assert!(
+                            offset >= *last,
+                            "committed offset of partition {} moved back from {last} to {offset}",
+                            tp.partition
+                        );
+                        *last = offset;
+                    }
+                    samples += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if samples > 10_000 {
+                    return samples;
+                }
+            }
+        })
+    };
+
     // Member 1: a `borges consume --group` process with a 2 s session.
     let mut child = Command::new(env!("CARGO_BIN_EXE_borges"))
         .args([
@@ -125,6 +153,14 @@ async fn a_killed_member_process_loses_its_partitions_to_the_survivor_without_lo
         "every record processed at least once"
     );
     survivor.close().await.unwrap();
+    // The watcher panics if an offset ever went backwards; surface that panic here.
+    if watcher.is_finished() {
+        match watcher.await {
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            _ => panic!("the offset watcher stopped early"),
+        }
+    }
+    watcher.abort();
 }
 
 fn all_seen(printed: &Mutex<HashSet<String>>, seen: &HashSet<String>, n: usize) -> bool {
