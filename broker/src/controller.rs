@@ -182,34 +182,13 @@ fn offsets_topic(core: &Core, image: &MetadataImage) -> TopicRecord {
 
 /// Pushes an image to every core (this one included) and waits for all of them.
 pub async fn broadcast(core: &Rc<Core>, image: Arc<MetadataImage>) -> Result<(), String> {
-    let mut asks = Vec::new();
-    for to in 0..core.cores {
-        if to == core.id {
-            continue;
+    core.on_every_core(core.apply_metadata(image.clone()), |reply| {
+        CoreMessage::ApplyMetadata {
+            image: image.clone(),
+            reply,
         }
-        let c = core.clone();
-        let image = image.clone();
-        asks.push(task::spawn(async move {
-            c.ask(to, |reply| CoreMessage::ApplyMetadata { image, reply })
-                .await
-                .map_err(|f| f.message.unwrap_or_default())
-                .and_then(|r| r)
-        }));
-    }
-    let mut errors = Vec::new();
-    if let Err(e) = core.apply_metadata(image).await {
-        errors.push(e);
-    }
-    for a in asks {
-        if let Err(e) = a.await {
-            errors.push(e);
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
+    })
+    .await
 }
 
 /// Persists a change (on a blocking thread) and returns the new image.

@@ -135,6 +135,40 @@ impl Core {
         crate::router::await_reply(rx).await
     }
 
+    /// Runs an operation on every core at once: `local` here, and the message built by `remote`
+    /// on every other core. Waits for all of them; the errors of every core, joined.
+    pub async fn on_every_core(
+        self: &Rc<Self>,
+        local: impl std::future::Future<Output = Result<(), String>>,
+        remote: impl Fn(oneshot::Sender<Result<(), String>>) -> CoreMessage,
+    ) -> Result<(), String> {
+        let mut asks = Vec::new();
+        for to in (0..self.cores).filter(|&to| to != self.id) {
+            let (tx, rx) = oneshot::channel();
+            self.send(to, remote(tx)).await;
+            asks.push(task::spawn(async move {
+                crate::router::await_reply(rx)
+                    .await
+                    .map_err(|f| f.message.unwrap_or_default())
+                    .and_then(|r| r)
+            }));
+        }
+        let mut errors = Vec::new();
+        if let Err(e) = local.await {
+            errors.push(e);
+        }
+        for a in asks {
+            if let Err(e) = a.await {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
     /// The topic record and the owning core of a partition, from this core's metadata.
     pub fn locate(
         &self,

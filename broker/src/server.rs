@@ -347,32 +347,8 @@ async fn tick_logs(core: Rc<Core>) {
 }
 
 async fn shutdown_all(core: &Rc<Core>) -> Result<(), String> {
-    let mut asks = Vec::new();
-    for to in 0..core.cores {
-        if to != core.id {
-            let c = core.clone();
-            asks.push(task::spawn(async move {
-                c.ask(to, |reply| CoreMessage::Shutdown { reply })
-                    .await
-                    .map_err(|f| f.message.unwrap_or_default())
-                    .and_then(|r| r)
-            }));
-        }
-    }
-    let mut errors = Vec::new();
-    if let Err(e) = shutdown_core(core).await {
-        errors.push(e);
-    }
-    for a in asks {
-        if let Err(e) = a.await {
-            errors.push(e);
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
+    core.on_every_core(shutdown_core(core), |reply| CoreMessage::Shutdown { reply })
+        .await
 }
 
 /// Stops this core: no new connections or requests, in-flight requests finish (up to a grace

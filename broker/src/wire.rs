@@ -64,6 +64,22 @@ pub fn error_response(request: &FrameHeader, failure: &Failure) -> Response {
     }
 }
 
+/// Index ranges of the runs of consecutive items with the same topic, in order (responses list
+/// partitions grouped by topic, in request order).
+pub fn topic_runs<T>(
+    items: &[T],
+    topic: impl Fn(&T) -> &std::sync::Arc<str>,
+) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if topic(&items[run.start]) == topic(item) => run.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
 /// Creates an optional error message string.
 pub fn message<'a>(
     fbb: &mut FlatBufferBuilder<'a>,
@@ -111,6 +127,14 @@ pub fn split_payload(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topic_runs_group_consecutive_topics() {
+        let t = |s: &str| std::sync::Arc::<str>::from(s);
+        let items = [t("a"), t("a"), t("b"), t("a")];
+        assert_eq!(topic_runs(&items, |x| x), vec![0..2, 2..3, 3..4]);
+        assert!(topic_runs::<std::sync::Arc<str>>(&[], |x| x).is_empty());
+    }
 
     #[test]
     fn split_payload_in_any_order_without_overlap() {

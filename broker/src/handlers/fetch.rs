@@ -382,11 +382,10 @@ fn response(header: &FrameHeader, slots: &mut [Slot]) -> w::Response {
     let mut payload = Vec::new();
     let mut position: u64 = 0;
     let mut topics = Vec::new();
-    let mut i = 0;
-    while i < slots.len() {
-        let name = slots[i].topic.clone();
+    for run in w::topic_runs(slots, |s| &s.topic) {
+        let name = slots[run.start].topic.clone();
         let mut parts = Vec::new();
-        while i < slots.len() && slots[i].topic == name {
+        for i in run {
             let s = &mut slots[i];
             let outcome = match (&s.target, s.outcome.take()) {
                 (Err(f), _) => FetchOutcome::failed(f.clone()),
@@ -413,7 +412,6 @@ fn response(header: &FrameHeader, slots: &mut [Slot]) -> w::Response {
                 },
             ));
             payload.extend(outcome.chunks);
-            i += 1;
         }
         let parts = fbb.create_vector(&parts);
         let name = fbb.create_string(&name);

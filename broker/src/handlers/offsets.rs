@@ -129,11 +129,10 @@ async fn list_one(core: &Rc<Core>, item: &ListOffsetsItem) -> Result<(i64, i64),
 fn respond(header: &FrameHeader, failure: Option<&Failure>, slots: &mut [Slot]) -> w::Response {
     let mut fbb = FlatBufferBuilder::with_capacity(64 + slots.len() * 48);
     let mut topics = Vec::new();
-    let mut i = 0;
-    while i < slots.len() {
-        let name = slots[i].topic.clone();
+    for run in w::topic_runs(slots, |s| &s.topic) {
+        let name = slots[run.start].topic.clone();
         let mut parts = Vec::new();
-        while i < slots.len() && slots[i].topic == name {
+        for i in run {
             let s = &mut slots[i];
             let result = match (&s.target, s.outcome.take()) {
                 (Err(f), _) => Err(f.clone()),
@@ -154,7 +153,6 @@ fn respond(header: &FrameHeader, failure: Option<&Failure>, slots: &mut [Slot]) 
                     leader_epoch: if f.is_none() { 0 } else { -1 },
                 },
             ));
-            i += 1;
         }
         let parts = fbb.create_vector(&parts);
         let name = fbb.create_string(&name);

@@ -391,11 +391,10 @@ fn request_error(header: &FrameHeader, failure: &Failure) -> w::Response {
 fn response(header: &FrameHeader, slots: &[Slot]) -> w::Response {
     let mut fbb = FlatBufferBuilder::with_capacity(64 + slots.len() * 48);
     let mut topics = Vec::new();
-    let mut i = 0;
-    while i < slots.len() {
-        let name = slots[i].topic.clone();
+    for run in w::topic_runs(slots, |s| &s.topic) {
+        let name = slots[run.start].topic.clone();
         let mut parts = Vec::new();
-        while i < slots.len() && slots[i].topic == name {
+        for i in run {
             let s = &slots[i];
             let (failure, ack) = match &s.outcome {
                 Some(Ok(ack)) => (None, Some(*ack)),
@@ -417,7 +416,6 @@ fn response(header: &FrameHeader, slots: &[Slot]) -> w::Response {
                     log_start_offset: ack.map_or(-1, |a| a.log_start_offset),
                 },
             ));
-            i += 1;
         }
         let parts = fbb.create_vector(&parts);
         let name = fbb.create_string(&name);
