@@ -107,7 +107,9 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         started.locked_memory
     );
     let mut errors = Vec::new();
-    for (core, result) in started.join().into_iter().enumerate() {
+    let watched = shared.clone();
+    let results = started.join_watching(|| watched.fatal.store(true, Ordering::SeqCst));
+    for (core, result) in results.into_iter().enumerate() {
         match result {
             Ok(Ok(())) => {}
             Ok(Err(e)) => errors.push(format!("core {core}: {e}")),
@@ -169,7 +171,12 @@ async fn core_main(
     let Some(end) = end else {
         return Err("no mesh endpoints".into());
     };
-    let (senders, receivers) = end.connect().await;
+    let connected = end
+        .connect_or_abort(|| shared.fatal.load(Ordering::SeqCst))
+        .await;
+    let Some((senders, receivers)) = connected else {
+        return Err("start-up aborted: another core failed to start".into());
+    };
     tracing::debug!(core = id, "cross-core channels connected");
     let senders = Rc::new(senders);
     let config = shared.config.clone();

@@ -108,6 +108,23 @@ impl<T: Send + 'static> MeshEndpoints<T> {
         .await
     }
 
+    /// Like [`MeshEndpoints::connect`], but gives up (`None`) once `abort` returns true, for
+    /// example because another core failed to start and will never connect its ends.
+    pub async fn connect_or_abort(
+        self,
+        abort: impl Fn() -> bool,
+    ) -> Option<(CoreSenders<T>, Vec<CoreReceiver<T>>)> {
+        futures_lite::future::or(async { Some(self.connect_all().await) }, async {
+            loop {
+                crate::time::sleep(std::time::Duration::from_millis(1)).await;
+                if abort() {
+                    return None;
+                }
+            }
+        })
+        .await
+    }
+
     async fn connect_all(self) -> (CoreSenders<T>, Vec<CoreReceiver<T>>) {
         let core = self.core;
         let send_tasks: Vec<_> = self

@@ -248,6 +248,39 @@ pub struct Executors<T> {
 }
 
 impl<T> Executors<T> {
+    /// Waits for every executor to finish, calling `on_failure` once as soon as any executor
+    /// thread ends with an error (so the others can be told to stop instead of waiting for a
+    /// core that will never answer); returns their results by core index.
+    pub fn join_watching(self, on_failure: impl Fn()) -> Vec<Result<T, RuntimeError>> {
+        let mut pending: Vec<Option<std::thread::JoinHandle<Result<T, RuntimeError>>>> =
+            self.threads.into_iter().map(Some).collect();
+        let mut results: Vec<Option<Result<T, RuntimeError>>> =
+            (0..pending.len()).map(|_| None).collect();
+        let mut warned = false;
+        while pending.iter().any(Option::is_some) {
+            for (core, slot) in pending.iter_mut().enumerate() {
+                if !slot.as_ref().is_some_and(|t| t.is_finished()) {
+                    continue;
+                }
+                let Some(thread) = slot.take() else { continue };
+                let result = thread.join().unwrap_or_else(|_| {
+                    Err(RuntimeError::Executor {
+                        core,
+                        cpu: 0,
+                        message: "executor thread panicked".into(),
+                    })
+                });
+                if result.is_err() && !warned {
+                    warned = true;
+                    on_failure();
+                }
+                results[core] = Some(result);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        results.into_iter().flatten().collect()
+    }
+
     /// Waits for every executor to finish; returns their results by core index.
     pub fn join(self) -> Vec<Result<T, RuntimeError>> {
         self.threads

@@ -180,7 +180,9 @@ impl BrokerProcess {
             cmd.env(k, v);
         }
         if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info");
+            // Start-up stages are logged at debug level: a broker that never becomes ready
+            // shows where it stopped.
+            cmd.env("RUST_LOG", "info,borges_broker::server=debug");
         }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().expect("log clone"))
