@@ -27,4 +27,7 @@ pub enum BrokerError {
     /// The metadata store is unreadable.
     #[error("metadata: {0}")]
     Metadata(String),
+    /// One or more cores failed to start or stopped with an error.
+    #[error("{0}")]
+    Cores(String),
 }

@@ -54,6 +54,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     let (files_before, files_after) = executor::raise_open_files_limit();
     let cpus = executor::plan_cpus(config.cores)?;
     let cores = cpus.len();
+    check_addresses_free(&config, cores)?;
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // A second signal while shutting down exits at once.
@@ -120,7 +121,61 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         tracing::info!("stopped cleanly");
         Ok(())
     } else {
-        Err(BrokerError::Metadata(errors.join("; ")))
+        Err(BrokerError::Cores(errors.join("; ")))
+    }
+}
+
+/// How long start-up waits for the main address to become free: the listening sockets of a
+/// broker killed a moment ago live on until the kernel has torn down its io_uring rings.
+const LISTEN_ADDRESS_WAIT_MS_MAX: u64 = 3000;
+
+/// Checks that nobody listens on the addresses this broker is about to bind. Every core binds
+/// the main address with SO_REUSEPORT, which would otherwise let this broker silently share a
+/// port with another one (and take half of its connections). Addresses still held by a broker
+/// killed a moment ago are waited for, up to [`LISTEN_ADDRESS_WAIT_MS_MAX`].
+fn check_addresses_free(config: &BrokerConfig, cores: usize) -> Result<(), BrokerError> {
+    let Ok(listen) = config.listen.parse::<SocketAddr>() else {
+        return Ok(()); // validate() reports it
+    };
+    let mut addresses = vec![("listen", listen)];
+    for core in 0..cores {
+        if let Some(port) = core_port(listen, config.core_port_base, core) {
+            addresses.push(("per-core port", SocketAddr::new(listen.ip(), port)));
+        }
+    }
+    if let Ok(metrics) = config.metrics_listen.parse::<SocketAddr>() {
+        addresses.push(("metrics_listen", metrics));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_millis(LISTEN_ADDRESS_WAIT_MS_MAX);
+    for (what, address) in addresses.into_iter().filter(|(_, a)| a.port() != 0) {
+        loop {
+            match TcpListener::probe_free(address) {
+                Ok(()) => break,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => {
+                    return Err(BrokerError::Config(format!(
+                        "cannot listen on {address} ({what}): {e} (another broker or program listens there)"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Core `core`'s own port: `core_port_base + core`, or the listen port + 1 + core when unset;
+/// `Some(0)` lets the system choose; `None` when it overflows.
+fn core_port(listen: SocketAddr, core_port_base: Option<u16>, core: usize) -> Option<u16> {
+    let core = u16::try_from(core).ok()?;
+    match core_port_base {
+        None => listen.port().checked_add(1)?.checked_add(core),
+        Some(0) => Some(0),
+        Some(base) => base.checked_add(core),
     }
 }
 
@@ -285,15 +340,12 @@ pub fn bind(core: &Rc<Core>) -> Result<SocketAddr, String> {
         .parse()
         .map_err(|e| format!("listen {:?}: {e}", core.config.listen))?;
     let main = TcpListener::bind(listen).map_err(|e| format!("binding {listen}: {e}"))?;
-    let port = match core.config.core_port_base {
-        None => listen.port().checked_add(1 + core.id as u16),
-        Some(0) => Some(0),
-        Some(base) => base.checked_add(core.id as u16),
-    }
-    .ok_or("per-core port overflows 65535")?;
+    let port = core_port(listen, core.config.core_port_base, core.id)
+        .ok_or("per-core port overflows 65535")?;
     let own_addr = SocketAddr::new(listen.ip(), port);
-    let own =
-        TcpListener::bind(own_addr).map_err(|e| format!("binding core port {own_addr}: {e}"))?;
+    let own = TcpListener::bind_exclusive(own_addr).map_err(|e| {
+        format!("binding core port {own_addr} (core {} of the per-core ports; set core_port_base to move them): {e}", core.id)
+    })?;
     let bound = own.local_addr().map_err(|e| e.to_string())?;
     *core.listeners.borrow_mut() = vec![main, own];
     Ok(bound)
@@ -427,7 +479,8 @@ fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, String> {
         .metrics_listen
         .parse()
         .map_err(|e| format!("metrics_listen: {e}"))?;
-    let listener = TcpListener::bind(addr).map_err(|e| format!("binding metrics {addr}: {e}"))?;
+    let listener = TcpListener::bind_exclusive(addr)
+        .map_err(|e| format!("binding metrics_listen {addr}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let core = core.clone();
     task::spawn(async move {

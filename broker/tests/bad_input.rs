@@ -316,3 +316,50 @@ fn a_second_broker_on_the_same_data_dir_is_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use by another broker"));
     still_serving(&broker);
 }
+
+fn start_refused(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(borges_testkit::borges_bin())
+        .arg("broker")
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the broker started: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_second_broker_on_the_same_listen_address_is_refused() {
+    // Every core binds the main address with SO_REUSEPORT; a second broker must not silently
+    // join it and take half of the connections.
+    let broker = setup();
+    let listen = broker.addr().to_string();
+    let stderr = start_refused(&["--listen", &listen, "--metrics-listen", ""]);
+    assert!(
+        stderr.contains(&format!("cannot listen on {listen}")),
+        "{stderr}"
+    );
+    still_serving(&broker);
+}
+
+#[test]
+fn a_metrics_address_on_a_core_port_is_refused() {
+    let port = borges_testkit::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    // The first per-core port is the listen port + 1 by default.
+    let metrics = format!("127.0.0.1:{}", port + 1);
+    let stderr = start_refused(&[
+        "--cores",
+        "1",
+        "--listen",
+        &listen,
+        "--metrics-listen",
+        &metrics,
+    ]);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{}", port + 1)) && stderr.contains("in use"),
+        "{stderr}"
+    );
+}

@@ -22,9 +22,32 @@ pub struct TcpListener {
 
 impl TcpListener {
     /// Binds `addr` with SO_REUSEPORT (several cores may bind the same address; the kernel
-    /// spreads connections over them).
+    /// spreads connections over them) and SO_REUSEADDR (a restarted broker can bind again while
+    /// its previous connections linger in TIME_WAIT).
     pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-        let inner = glommio::net::TcpListener::bind(addr)?;
+        Self::bind_with(addr, true)
+    }
+
+    /// Binds `addr` for this socket alone (no SO_REUSEPORT): fails with `AddrInUse` when any
+    /// other socket, in this process or another, listens there. For addresses only one core
+    /// serves (per-core ports, metrics), so that a clash is an error instead of two servers
+    /// silently sharing connections.
+    pub fn bind_exclusive(addr: SocketAddr) -> io::Result<TcpListener> {
+        Self::bind_with(addr, false)
+    }
+
+    /// Checks that nobody else listens on `addr` (a shared SO_REUSEPORT address would
+    /// otherwise be joined silently by a second broker) by binding it briefly without
+    /// SO_REUSEPORT. Call before the cores bind it.
+    pub fn probe_free(addr: SocketAddr) -> io::Result<()> {
+        listening_socket(addr, false).map(drop)
+    }
+
+    fn bind_with(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
+        let socket = listening_socket(addr, reuse_port)?;
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(socket);
+        // SAFETY: `fd` is a bound, listening TCP socket whose ownership moves to glommio.
+        let inner = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
         Ok(TcpListener { inner })
     }
 
@@ -40,6 +63,21 @@ impl TcpListener {
         stream.configure()?;
         Ok(stream)
     }
+}
+
+/// Backlog of every listening socket.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
+fn listening_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket)
 }
 
 /// A connected stream. Lives on one core.
