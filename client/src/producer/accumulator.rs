@@ -181,10 +181,15 @@ pub(crate) struct Appended {
     pub completion: Arc<BatchCompletion>,
     /// Offset delta of the record inside its batch.
     pub index: i32,
-    /// A new batch was opened (the sender must learn its linger deadline).
+    /// A new batch was opened.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub batch_created: bool,
     /// A batch became full and is ready to send.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub batch_ready: bool,
+    /// The sender must be woken: a batch is ready, or a new batch is due before the sender's
+    /// planned wake-up (so most appends at moderate rates wake nobody).
+    pub wake_sender: bool,
 }
 
 /// What `drain` hands to the sender.
@@ -217,6 +222,9 @@ pub(crate) struct Accumulator {
     seed: u64,
     /// Set by `close`: every open batch is sent at once.
     pub closing: bool,
+    /// When the sender will drain again without being woken, as planned by the last `drain`:
+    /// `None` = only when woken.
+    sender_wakeup: Option<Instant>,
 }
 
 /// An upper bound of a record's encoded size inside a batch, including its length prefix.
@@ -243,6 +251,7 @@ impl Accumulator {
             in_flight: HashMap::new(),
             seed,
             closing: false,
+            sender_wakeup: None,
         }
     }
 
@@ -363,6 +372,7 @@ impl Accumulator {
         open.records_count += 1;
         open.reserved_bytes += reserved_bytes;
         let completion = open.completion.clone();
+        let created = open.created;
         let (id, full) = (open.id, builder.size_bytes() >= batch_size_bytes);
         if full {
             queue.ready.extend(queue.open.take());
@@ -372,11 +382,15 @@ impl Accumulator {
         if batch_created {
             self.incomplete.insert(id);
         }
+        let due = created + self.config.linger;
+        let wake_sender =
+            batch_ready || (batch_created && self.sender_wakeup.is_none_or(|at| due < at));
         Appended {
             completion,
             index,
             batch_created,
             batch_ready,
+            wake_sender,
         }
     }
 
@@ -448,6 +462,13 @@ impl Accumulator {
                 }
             }
         }
+        // A sender that got requests drains again right after sending them; otherwise it
+        // sleeps until the next deadline.
+        self.sender_wakeup = if drained.requests.is_empty() {
+            drained.next_wakeup
+        } else {
+            Some(now)
+        };
         drained
     }
 
@@ -599,6 +620,45 @@ mod tests {
 
     fn route(_: &str, p: i32) -> Option<String> {
         Some(format!("core{}", p % 2))
+    }
+
+    #[test]
+    fn the_sender_is_woken_only_when_a_batch_is_due_before_its_plan_or_ready() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let t0 = Instant::now();
+        // Nothing planned yet: the first batch wakes the sender.
+        assert!(append(&mut acc, &t, 0, &value(10), t0).wake_sender);
+        // The sender drains and plans to wake when partition 0's batch is due (t0 + 5 ms).
+        let drained = acc.drain(t0, route);
+        assert!(drained.requests.is_empty());
+        assert_eq!(drained.next_wakeup, Some(t0 + Duration::from_millis(5)));
+        // A batch opened later is due later: no need to wake the sender.
+        let later = append(&mut acc, &t, 1, &value(10), t0 + Duration::from_millis(1));
+        assert!(later.batch_created && !later.wake_sender);
+        // More records in open batches wake nobody; a full batch does.
+        assert!(!append(&mut acc, &t, 1, &value(10), t0 + Duration::from_millis(2)).wake_sender);
+        assert!(append(&mut acc, &t, 1, &value(990), t0 + Duration::from_millis(2)).wake_sender);
+        // At t0 + 5 ms the sender sends partition 0's batch and the full one, then drains
+        // again at once: new batches need no wake-up.
+        let drained = acc.drain(t0 + Duration::from_millis(5), route);
+        assert!(!drained.requests.is_empty());
+        assert!(!append(&mut acc, &t, 2, &value(10), t0 + Duration::from_millis(5)).wake_sender);
+        // A sender that planned to sleep until woken is woken by a new batch.
+        for (addr, batches) in drained.requests {
+            let ids: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
+            acc.finish_request(&addr, &ids, Vec::new());
+        }
+        let now = t0 + Duration::from_millis(20);
+        let drained = acc.drain(now, route);
+        assert!(!drained.requests.is_empty(), "partitions 1 and 2 are due");
+        for (addr, batches) in drained.requests {
+            let ids: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
+            acc.finish_request(&addr, &ids, Vec::new());
+        }
+        let idle = acc.drain(now, route);
+        assert!(idle.requests.is_empty() && idle.next_wakeup.is_none());
+        assert!(append(&mut acc, &t, 3, &value(10), now).wake_sender);
     }
 
     #[test]

@@ -151,7 +151,7 @@ impl Producer {
             }
         };
         let (appended, partition) = appended;
-        if appended.batch_created || appended.batch_ready {
+        if appended.wake_sender {
             inner.wake_sender.notify_one();
         }
         Ok(DeliveryFuture {
