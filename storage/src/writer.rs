@@ -63,7 +63,129 @@ pub(crate) struct Writer {
     pub last_checkpoint: Instant,
 }
 
+/// The parts of a [`Writer`] that writing batches uses: disjoint from [`IndexParts`], so a
+/// recovery checkpoint can run while batches keep being written.
+pub(crate) struct WriteParts<'a> {
+    segment_base: i64,
+    log_path: &'a Path,
+    file: &'a Rc<DirectFile>,
+    align: u64,
+    position: &'a mut u64,
+    tail: &'a mut Vec<u8>,
+    allocated_bytes: &'a mut u64,
+}
+
+impl IndexParts<'_> {
+    /// Writes index entries `[persisted..upto)` of both files and fdatasyncs them.
+    pub async fn persist_index(
+        &mut self,
+        index: &SegmentIndex,
+        offsets_upto: usize,
+        times_upto: usize,
+    ) -> Result<(), StorageError> {
+        let mut wrote = false;
+        if offsets_upto > *self.persisted_offsets {
+            let bytes = index.encode_offsets(*self.persisted_offsets, offsets_upto);
+            let at = (*self.persisted_offsets * OFFSET_ENTRY_SIZE_BYTES) as u64;
+            self.index_file
+                .write_all_at(bytes, at)
+                .await
+                .map_err(|e| io_error("write", self.log_path, e))?;
+            *self.persisted_offsets = offsets_upto;
+            wrote = true;
+        }
+        if times_upto > *self.persisted_times {
+            let bytes = index.encode_times(*self.persisted_times, times_upto);
+            let at = (*self.persisted_times * TIME_ENTRY_SIZE_BYTES) as u64;
+            self.time_file
+                .write_all_at(bytes, at)
+                .await
+                .map_err(|e| io_error("write", self.log_path, e))?;
+            *self.persisted_times = times_upto;
+            wrote = true;
+        }
+        if wrote {
+            self.index_file
+                .sync_data()
+                .await
+                .map_err(|e| io_error("fdatasync", self.log_path, e))?;
+            self.time_file
+                .sync_data()
+                .await
+                .map_err(|e| io_error("fdatasync", self.log_path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The parts of a [`Writer`] that syncing and checkpointing use.
+pub(crate) struct IndexParts<'a> {
+    segment_base: i64,
+    log_path: &'a Path,
+    file: &'a Rc<DirectFile>,
+    index_file: &'a mut BufferedFile,
+    time_file: &'a mut BufferedFile,
+    persisted_offsets: &'a mut usize,
+    persisted_times: &'a mut usize,
+    last_sync: &'a mut Instant,
+    last_checkpoint: &'a mut Instant,
+}
+
 impl Writer {
+    /// Splits the writer into the parts used by batch writes and by sync/checkpoint.
+    pub(crate) fn parts(&mut self) -> (WriteParts<'_>, IndexParts<'_>) {
+        let Writer {
+            segment_base,
+            log_path,
+            file,
+            index_file,
+            time_file,
+            position,
+            tail,
+            allocated_bytes,
+            align,
+            persisted_offsets,
+            persisted_times,
+            last_sync,
+            last_checkpoint,
+        } = self;
+        (
+            WriteParts {
+                segment_base: *segment_base,
+                log_path,
+                file,
+                align: *align,
+                position,
+                tail,
+                allocated_bytes,
+            },
+            IndexParts {
+                segment_base: *segment_base,
+                log_path,
+                file,
+                index_file,
+                time_file,
+                persisted_offsets,
+                persisted_times,
+                last_sync,
+                last_checkpoint,
+            },
+        )
+    }
+
+    /// Writes index entries `[persisted..upto)` of both files and fdatasyncs them.
+    pub async fn persist_index(
+        &mut self,
+        index: &SegmentIndex,
+        offsets_upto: usize,
+        times_upto: usize,
+    ) -> Result<(), StorageError> {
+        self.parts()
+            .1
+            .persist_index(index, offsets_upto, times_upto)
+            .await
+    }
+
     /// Opens (creating if needed) the files of segment `base` to continue writing at
     /// `end_position`: drops any bytes after it (torn or pre-allocated tail), keeps
     /// `persisted_offsets` / `persisted_times` index entries, loads the partial last block.
@@ -136,47 +258,6 @@ impl Writer {
             last_sync: now,
             last_checkpoint: now,
         })
-    }
-
-    /// Writes index entries `[persisted..upto)` of both files and fdatasyncs them.
-    pub async fn persist_index(
-        &mut self,
-        index: &SegmentIndex,
-        offsets_upto: usize,
-        times_upto: usize,
-    ) -> Result<(), StorageError> {
-        let mut wrote = false;
-        if offsets_upto > self.persisted_offsets {
-            let bytes = index.encode_offsets(self.persisted_offsets, offsets_upto);
-            let at = (self.persisted_offsets * OFFSET_ENTRY_SIZE_BYTES) as u64;
-            self.index_file
-                .write_all_at(bytes, at)
-                .await
-                .map_err(|e| io_error("write", &self.log_path, e))?;
-            self.persisted_offsets = offsets_upto;
-            wrote = true;
-        }
-        if times_upto > self.persisted_times {
-            let bytes = index.encode_times(self.persisted_times, times_upto);
-            let at = (self.persisted_times * TIME_ENTRY_SIZE_BYTES) as u64;
-            self.time_file
-                .write_all_at(bytes, at)
-                .await
-                .map_err(|e| io_error("write", &self.log_path, e))?;
-            self.persisted_times = times_upto;
-            wrote = true;
-        }
-        if wrote {
-            self.index_file
-                .sync_data()
-                .await
-                .map_err(|e| io_error("fdatasync", &self.log_path, e))?;
-            self.time_file
-                .sync_data()
-                .await
-                .map_err(|e| io_error("fdatasync", &self.log_path, e))?;
-        }
-        Ok(())
     }
 
     /// Cuts the segment file to the written bytes (drops pre-allocation) and fdatasyncs it.
@@ -354,6 +435,9 @@ pub(crate) fn spawn_flusher(log: &Rc<PartitionLog>, writer: Writer) {
 /// How long a partition's flusher stays idle before it closes the segment files (they are
 /// reopened on the next append), so that idle partitions hold no file descriptors.
 const HIBERNATE_AFTER: Duration = Duration::from_secs(5);
+
+/// How often write rounds running beside a checkpoint look whether it has finished.
+const PERIODIC_POLL: Duration = Duration::from_millis(1);
 
 /// The flusher's files: open, or closed while the partition is idle.
 enum Files {
@@ -553,6 +637,13 @@ impl PartitionLog {
             return Ok(Step::Worked);
         }
         let (sync_now, checkpoint_now) = self.periodic_due(w, now);
+        if (sync_now || checkpoint_now)
+            && self.state.borrow().config.durability != Durability::Fsync
+        {
+            self.periodic_while_writing(w, sync_now, checkpoint_now)
+                .await?;
+            return Ok(Step::Worked);
+        }
         if sync_now {
             self.sync_writer(w).await?;
             return Ok(Step::Worked);
@@ -592,6 +683,50 @@ impl PartitionLog {
             return Ok(Step::Worked);
         }
         Ok(Step::Idle(self.next_deadline(w, now)))
+    }
+
+    /// The periodic fdatasync and recovery checkpoint (several syncs of the log, index and
+    /// checkpoint files) while write rounds go on beside them, so that acknowledgements waiting
+    /// for their batches to be written are not held up by it. Under `Durability::Fsync` every
+    /// round syncs anyway and this is not used.
+    async fn periodic_while_writing(
+        self: &Rc<Self>,
+        w: &mut Writer,
+        sync: bool,
+        checkpoint: bool,
+    ) -> Result<(), StorageError> {
+        let (mut write, mut index) = w.parts();
+        let done = std::cell::Cell::new(false);
+        let periodic = async {
+            let result = async {
+                if sync {
+                    self.sync_parts(&mut index).await?;
+                }
+                if checkpoint {
+                    self.checkpoint_parts(&mut index).await?;
+                }
+                Ok::<(), StorageError>(())
+            }
+            .await;
+            done.set(true);
+            result
+        };
+        let writes = async {
+            while !done.get() {
+                let seen = self.work.generation();
+                if self.state.borrow().flusher_stopped {
+                    break;
+                }
+                if !self.write_round_parts(&mut write).await? {
+                    // Nothing to write: wait for an append, looking at `done` every ms.
+                    borges_runtime::time::timeout(PERIODIC_POLL, self.work.changed_since(seen))
+                        .await;
+                }
+            }
+            Ok::<(), StorageError>(())
+        };
+        let (periodic, writes) = futures_lite::future::zip(periodic, writes).await;
+        periodic.and(writes)
     }
 
     /// The writer's segment is closed and fully written: time to finalize it and move on.
@@ -651,6 +786,13 @@ impl PartitionLog {
 
     /// Writes one round of pending batches; false if there was nothing to write.
     async fn write_round(self: &Rc<Self>, w: &mut Writer) -> Result<bool, StorageError> {
+        self.write_round_parts(&mut w.parts().0).await
+    }
+
+    async fn write_round_parts(
+        self: &Rc<Self>,
+        w: &mut WriteParts<'_>,
+    ) -> Result<bool, StorageError> {
         let chunk = align_down(self.core.config.write_size_bytes_max as u64, w.align).max(w.align);
         let cap = chunk * self.core.tuning.writes_in_flight_max.max(1) as u64;
         let (batches, total, end_offset) = {
@@ -664,7 +806,7 @@ impl PartitionLog {
                 }
                 debug_assert_eq!(
                     b.position,
-                    w.position + total,
+                    *w.position + total,
                     "pending batches are contiguous"
                 );
                 total += b.size();
@@ -676,26 +818,27 @@ impl PartitionLog {
         if batches.is_empty() {
             return Ok(false);
         }
-        self.ensure_allocated(w, w.position + total).await?;
-        let start = align_down(w.position, w.align);
+        let needed = *w.position + total;
+        self.ensure_allocated(w, needed).await?;
+        let start = align_down(*w.position, w.align);
         let (chunks, new_tail) = {
             let mut spare = self.core.write_buffers.borrow_mut();
-            build_chunks(&w.file, start, &w.tail, &batches, chunk, &mut spare)
+            build_chunks(w.file, start, w.tail, &batches, chunk, &mut spare)
         };
         drop(batches);
         let in_flight = self.core.tuning.writes_in_flight_max;
-        write_chunks(&w.file, chunks, in_flight, chunk, &self.core)
+        write_chunks(w.file, chunks, in_flight, chunk, &self.core)
             .await
-            .map_err(|e| io_error("write", &w.log_path, e))?;
-        w.position += total;
-        w.tail = new_tail;
-        debug_assert_eq!(w.tail.len() as u64, w.position % w.align);
+            .map_err(|e| io_error("write", w.log_path, e))?;
+        *w.position += total;
+        *w.tail = new_tail;
+        debug_assert_eq!(w.tail.len() as u64, *w.position % w.align);
         self.complete_flush(w, total, end_offset);
         Ok(true)
     }
 
     /// Accounts a completed round: flushed point, budgets, tail cache, waiters.
-    fn complete_flush(self: &Rc<Self>, w: &Writer, total: u64, end_offset: i64) {
+    fn complete_flush(self: &Rc<Self>, w: &WriteParts<'_>, total: u64, end_offset: i64) {
         let hw_moved = {
             let mut st = self.state.borrow_mut();
             if st.flusher_stopped {
@@ -704,7 +847,7 @@ impl PartitionLog {
             st.flushed = Point {
                 offset: end_offset,
                 segment_base: w.segment_base,
-                position: w.position,
+                position: *w.position,
             };
             st.unflushed_bytes -= total;
             st.cached_bytes += total;
@@ -719,16 +862,19 @@ impl PartitionLog {
         }
     }
 
-    async fn ensure_allocated(&self, w: &mut Writer, needed: u64) -> Result<(), StorageError> {
-        if needed <= w.allocated_bytes {
+    async fn ensure_allocated(
+        &self,
+        w: &mut WriteParts<'_>,
+        needed: u64,
+    ) -> Result<(), StorageError> {
+        if needed <= *w.allocated_bytes {
             return Ok(());
         }
         // Grow by what the segment already holds (doubling), within [min step, max step]: the
         // space reserved ahead never exceeds what was written, so many quiet partitions cannot
         // fill a disk with reservations.
         let tuning = &self.core.tuning;
-        let step = w
-            .allocated_bytes
+        let step = (*w.allocated_bytes)
             .clamp(
                 tuning.preallocate_step_min_bytes,
                 tuning
@@ -736,23 +882,27 @@ impl PartitionLog {
                     .max(tuning.preallocate_step_min_bytes),
             )
             .max(w.align);
-        let target = align_up(needed.max(w.allocated_bytes + step), w.align);
+        let target = align_up(needed.max(*w.allocated_bytes + step), w.align);
         w.file
             .pre_allocate(target, false)
             .await
-            .map_err(|e| io_error("pre-allocate", &w.log_path, e))?;
-        w.allocated_bytes = target;
+            .map_err(|e| io_error("pre-allocate", w.log_path, e))?;
+        *w.allocated_bytes = target;
         Ok(())
     }
 
     /// fdatasync of everything flushed so far in the writer's segment.
     async fn sync_writer(&self, w: &mut Writer) -> Result<(), StorageError> {
+        self.sync_parts(&mut w.parts().1).await
+    }
+
+    async fn sync_parts(&self, w: &mut IndexParts<'_>) -> Result<(), StorageError> {
         let target = self.state.borrow().flushed;
         w.file
             .sync_data()
             .await
-            .map_err(|e| io_error("fdatasync", &w.log_path, e))?;
-        w.last_sync = Instant::now();
+            .map_err(|e| io_error("fdatasync", w.log_path, e))?;
+        *w.last_sync = Instant::now();
         self.mark_synced(target);
         Ok(())
     }
@@ -824,6 +974,10 @@ impl PartitionLog {
 
     /// Writes the recovery-point checkpoint for the synced point (index entries first).
     pub(crate) async fn checkpoint(&self, w: &mut Writer) -> Result<(), StorageError> {
+        self.checkpoint_parts(&mut w.parts().1).await
+    }
+
+    async fn checkpoint_parts(&self, w: &mut IndexParts<'_>) -> Result<(), StorageError> {
         let (cp, index, epochs) = {
             let mut st = self.state.borrow_mut();
             st.checkpoint_requested = false;
@@ -862,7 +1016,7 @@ impl PartitionLog {
                 .await
                 .map_err(|e| io_error("write epochs", &path, e))?;
         }
-        w.last_checkpoint = Instant::now();
+        *w.last_checkpoint = Instant::now();
         self.state.borrow_mut().last_checkpoint = Some(cp);
         Ok(())
     }

@@ -444,3 +444,70 @@ fn idle_partitions_hold_no_descriptors_and_wake_on_append() {
         }
     });
 }
+
+/// With durability `none` the periodic fdatasync and recovery checkpoint run beside write
+/// rounds (acks are not held up by them). A 1 ms checkpoint interval keeps that path busy while
+/// batches are appended, acknowledged and segments roll; every acknowledged batch survives a
+/// crash, and the checkpoint on disk never points past what was written.
+#[test]
+fn checkpoints_beside_writes_lose_nothing_acknowledged() {
+    use borges_storage::{RecoveryCheckpoint, StorageConfig, RECOVERY_CHECKPOINT_FILE};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let config = StorageConfig {
+        recovery_checkpoint_interval_ms: 1,
+        ..storage_config()
+    };
+    let log_config = LogConfig {
+        segment_size_bytes: 256 * 1024,
+        ..small_config(Durability::None)
+    };
+    let (acked, checkpoints) = {
+        let (config, log_config, root) = (config.clone(), log_config.clone(), root.clone());
+        run(move || async move {
+            let core = core(&root, config).await;
+            let log = open(&core, &root.join("t-0"), log_config).await;
+            let mut next = 0u64;
+            let mut checkpoints = Vec::new();
+            for i in 0..400u32 {
+                let b = batch(next, 3, i64::from(i), 200 + (i as usize % 9) * 50);
+                let info = log.append(vec![b], 0).unwrap();
+                next += 3;
+                if i % 4 == 3 {
+                    log.wait_acked(info.last_offset, AckLevel::Leader)
+                        .await
+                        .unwrap();
+                    let path = root.join("t-0").join(RECOVERY_CHECKPOINT_FILE);
+                    if let Ok(bytes) = std::fs::read(&path) {
+                        let cp = RecoveryCheckpoint::decode(&bytes).unwrap();
+                        assert!(cp.offset <= info.last_offset + 1);
+                        checkpoints.push(cp.offset);
+                    }
+                }
+            }
+            log.wait_acked(next as i64 - 1, AckLevel::All)
+                .await
+                .unwrap();
+            log.crash_for_tests().await;
+            (next as i64, checkpoints)
+        })
+    };
+    assert!(
+        checkpoints.windows(2).all(|w| w[0] <= w[1]),
+        "the recovery point never moves back: {checkpoints:?}"
+    );
+    assert!(
+        checkpoints.iter().any(|&c| c > 0),
+        "checkpoints were written while appending: {checkpoints:?}"
+    );
+    let batches = run(move || async move {
+        let core = core(&root, config).await;
+        let log = open(&core, &root.join("t-0"), log_config).await;
+        assert_eq!(log.offsets().log_end_offset, acked);
+        let batches = read_all(&log, 0, ReadBound::HighWatermark).await;
+        log.close().await.unwrap();
+        batches
+    });
+    assert_eq!(batches.len(), 400);
+    assert_values_match_offsets(&batches);
+}
