@@ -193,6 +193,9 @@ pub struct StorageSettings {
     pub retention_check_interval_ms: u64,
     /// How often the recovery-point checkpoint is written.
     pub recovery_checkpoint_interval_ms: u64,
+    /// Recovery checkpoints per second per core, at most (many busy partitions checkpoint
+    /// less often each).
+    pub recovery_checkpoints_per_s_max: u32,
 }
 
 impl Default for StorageSettings {
@@ -203,6 +206,7 @@ impl Default for StorageSettings {
             open_files_max: 4096,
             retention_check_interval_ms: 30_000,
             recovery_checkpoint_interval_ms: 1_000,
+            recovery_checkpoints_per_s_max: 100,
         }
     }
 }
@@ -359,6 +363,12 @@ impl BrokerConfig {
         }
         if self.log.segment_size_bytes < 1024 * 1024 {
             return fail("log.segment_size_bytes must be at least 1 MiB".into());
+        }
+        if self.storage.recovery_checkpoint_interval_ms == 0
+            || self.storage.recovery_checkpoints_per_s_max == 0
+            || self.storage.retention_check_interval_ms == 0
+        {
+            return fail("storage.recovery_checkpoint_interval_ms, storage.recovery_checkpoints_per_s_max and storage.retention_check_interval_ms must be positive".into());
         }
         if self.storage.write_buffer_bytes_max < u64::from(self.log.max_message_bytes) {
             return fail("storage.write_buffer_bytes_max must hold at least one batch of log.max_message_bytes".into());

@@ -214,6 +214,7 @@ fn storage_config(config: &BrokerConfig) -> StorageConfig {
         tail_cache_bytes_max: s.tail_cache_bytes_max,
         open_files_max: s.open_files_max,
         recovery_checkpoint_interval_ms: s.recovery_checkpoint_interval_ms,
+        recovery_checkpoints_per_s_max: s.recovery_checkpoints_per_s_max,
         ..StorageConfig::default()
     }
 }

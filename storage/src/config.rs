@@ -108,6 +108,11 @@ pub struct StorageConfig {
     pub write_size_bytes_max: usize,
     /// Period of the recovery-point checkpoint (which also fdatasyncs unsynced data).
     pub recovery_checkpoint_interval_ms: u64,
+    /// Recovery checkpoints per second per core, at most: with many busy partitions each
+    /// partition's period stretches to `partitions with open files / this` seconds (every
+    /// checkpoint costs several fdatasyncs; 1000 partitions checkpointing every second cost
+    /// more than half of a core's write throughput).
+    pub recovery_checkpoints_per_s_max: u32,
 }
 
 impl Default for StorageConfig {
@@ -118,6 +123,7 @@ impl Default for StorageConfig {
             open_files_max: 4096,
             write_size_bytes_max: 4 * 1024 * 1024,
             recovery_checkpoint_interval_ms: 1000,
+            recovery_checkpoints_per_s_max: 100,
         }
     }
 }
@@ -137,6 +143,9 @@ impl StorageConfig {
         }
         if self.recovery_checkpoint_interval_ms == 0 {
             return fail("recovery_checkpoint_interval_ms must be positive");
+        }
+        if self.recovery_checkpoints_per_s_max == 0 {
+            return fail("recovery_checkpoints_per_s_max must be positive");
         }
         Ok(())
     }

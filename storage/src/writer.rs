@@ -736,6 +736,17 @@ impl PartitionLog {
         seg.closed && w.position == seg.size_bytes
     }
 
+    /// This partition's checkpoint period: `recovery_checkpoint_interval_ms`, stretched so that
+    /// the partitions of a core with open files write at most `recovery_checkpoints_per_s_max`
+    /// checkpoints a second between them.
+    fn checkpoint_interval(&self) -> Duration {
+        let config = &self.core.config;
+        let writers = self.core.open_writers.get() as u64;
+        let spread_ms =
+            writers.saturating_mul(1000) / u64::from(config.recovery_checkpoints_per_s_max.max(1));
+        Duration::from_millis(config.recovery_checkpoint_interval_ms.max(spread_ms))
+    }
+
     /// (sync now, checkpoint now) from the timers and requests.
     fn periodic_due(&self, w: &Writer, now: Instant) -> (bool, bool) {
         let st = self.state.borrow();
@@ -745,8 +756,7 @@ impl PartitionLog {
                 >= Duration::from_millis(st.config.flush_interval_ms);
         let requested = st.sync_target > st.synced.offset && st.flushed.offset >= st.sync_target;
         let checkpoint_due = st.checkpoint_requested
-            || now.duration_since(w.last_checkpoint)
-                >= Duration::from_millis(self.core.config.recovery_checkpoint_interval_ms);
+            || now.duration_since(w.last_checkpoint) >= self.checkpoint_interval();
         let checkpoint_useful = st.checkpoint_requested
             || st.epochs_dirty
             || unsynced
@@ -776,10 +786,7 @@ impl PartitionLog {
                 c.offset != st.synced.offset || c.log_start_offset != st.log_start_offset
             });
         if stale {
-            consider(
-                w.last_checkpoint
-                    + Duration::from_millis(self.core.config.recovery_checkpoint_interval_ms),
-            );
+            consider(w.last_checkpoint + self.checkpoint_interval());
         }
         next.map(|d| d.max(Duration::from_millis(1)))
     }

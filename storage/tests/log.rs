@@ -511,3 +511,60 @@ fn checkpoints_beside_writes_lose_nothing_acknowledged() {
     assert_eq!(batches.len(), 400);
     assert_values_match_offsets(&batches);
 }
+
+/// `recovery_checkpoints_per_s_max` spreads the checkpoints of a core's busy partitions: with
+/// 3 partitions and at most 1 checkpoint a second, each partition's period stretches to 3 s,
+/// while with a high limit the 1 ms interval applies.
+#[test]
+fn checkpoint_rate_per_core_stretches_each_partitions_period() {
+    use borges_storage::{RecoveryCheckpoint, StorageConfig, RECOVERY_CHECKPOINT_FILE};
+    fn recovery_points(per_s_max: u32) -> Vec<i64> {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        run(move || async move {
+            let config = StorageConfig {
+                recovery_checkpoint_interval_ms: 1,
+                recovery_checkpoints_per_s_max: per_s_max,
+                ..storage_config()
+            };
+            let core = core(&root, config).await;
+            let mut logs = Vec::new();
+            for p in 0..3 {
+                let dir = root.join(format!("t-{p}"));
+                let config = LogConfig {
+                    segment_size_bytes: 1 << 20, // no roll (a roll writes a checkpoint)
+                    ..small_config(Durability::None)
+                };
+                logs.push(open(&core, &dir, config).await);
+            }
+            for i in 0..100u32 {
+                for log in &logs {
+                    let info = log.append(vec![batch(u64::from(i), 1, 0, 100)], 0).unwrap();
+                    log.wait_acked(info.last_offset, AckLevel::Leader)
+                        .await
+                        .unwrap();
+                }
+                if i % 10 == 9 {
+                    borges_runtime::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+            let points = (0..3)
+                .map(|p| {
+                    let path = root.join(format!("t-{p}")).join(RECOVERY_CHECKPOINT_FILE);
+                    RecoveryCheckpoint::decode(&std::fs::read(path).unwrap())
+                        .unwrap()
+                        .offset
+                })
+                .collect();
+            for log in logs {
+                log.close().await.unwrap();
+            }
+            points
+        })
+    }
+    // Limited: no periodic checkpoint within the first 3 s, the recovery point stays where
+    // the logs were opened.
+    assert_eq!(recovery_points(1), vec![0, 0, 0]);
+    // Unlimited: checkpoints follow the writes.
+    assert!(recovery_points(10_000).iter().all(|&p| p > 0));
+}

@@ -103,6 +103,7 @@ pub fn storage_config() -> StorageConfig {
         open_files_max: 8,
         write_size_bytes_max: 64 * 1024,
         recovery_checkpoint_interval_ms: 1000,
+        recovery_checkpoints_per_s_max: 100,
     }
 }
 
