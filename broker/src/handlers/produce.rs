@@ -275,8 +275,9 @@ pub async fn append_local(
         appended.push(append_one(core, item, acks).await);
     }
     let core = core.clone();
+    // One deadline for the whole request: partitions waited for one after another share it.
+    let deadline = time::Instant::now() + Duration::from_millis(u64::from(timeout_ms));
     async move {
-        let deadline = Duration::from_millis(u64::from(timeout_ms));
         let mut out = Vec::with_capacity(appended.len());
         for a in appended {
             let result = match a {
@@ -288,7 +289,8 @@ pub async fn append_local(
                     } else {
                         AckLevel::Leader
                     };
-                    match time::timeout(deadline, log.wait_acked(ack.last_offset, level)).await {
+                    let left = deadline.saturating_duration_since(time::Instant::now());
+                    match time::timeout(left, log.wait_acked(ack.last_offset, level)).await {
                         Some(Ok(())) => Ok(ProduceAck {
                             base_offset: ack.base_offset,
                             log_start_offset: log.offsets().log_start_offset,
