@@ -75,6 +75,19 @@ pub(crate) struct WriteParts<'a> {
     allocated_bytes: &'a mut u64,
 }
 
+/// The parts of a [`Writer`] that syncing and checkpointing use.
+pub(crate) struct IndexParts<'a> {
+    segment_base: i64,
+    log_path: &'a Path,
+    file: &'a Rc<DirectFile>,
+    index_file: &'a mut BufferedFile,
+    time_file: &'a mut BufferedFile,
+    persisted_offsets: &'a mut usize,
+    persisted_times: &'a mut usize,
+    last_sync: &'a mut Instant,
+    last_checkpoint: &'a mut Instant,
+}
+
 impl IndexParts<'_> {
     /// Writes index entries `[persisted..upto)` of both files and fdatasyncs them.
     pub async fn persist_index(
@@ -116,19 +129,6 @@ impl IndexParts<'_> {
         }
         Ok(())
     }
-}
-
-/// The parts of a [`Writer`] that syncing and checkpointing use.
-pub(crate) struct IndexParts<'a> {
-    segment_base: i64,
-    log_path: &'a Path,
-    file: &'a Rc<DirectFile>,
-    index_file: &'a mut BufferedFile,
-    time_file: &'a mut BufferedFile,
-    persisted_offsets: &'a mut usize,
-    persisted_times: &'a mut usize,
-    last_sync: &'a mut Instant,
-    last_checkpoint: &'a mut Instant,
 }
 
 impl Writer {
