@@ -321,11 +321,20 @@ impl BrokerConfig {
     /// Checks values and relations between them.
     pub fn validate(&self) -> Result<(), BrokerError> {
         let fail = |m: String| Err(BrokerError::Config(m));
-        if self.listen.parse::<std::net::SocketAddr>().is_err() {
-            return fail(format!(
-                "listen = {:?} is not HOST:PORT (an IP address and a port)",
-                self.listen
-            ));
+        match self.listen.parse::<std::net::SocketAddr>() {
+            Err(_) => {
+                return fail(format!(
+                    "listen = {:?} is not HOST:PORT (an IP address and a port)",
+                    self.listen
+                ))
+            }
+            Ok(a) if a.port() == 0 => {
+                return fail(format!(
+                    "listen = {:?}: port 0 is not supported, every core binds the same address and clients need to know it (per-core ports may be ephemeral: core_port_base = 0)",
+                    self.listen
+                ))
+            }
+            Ok(_) => {}
         }
         if !self.metrics_listen.is_empty()
             && self.metrics_listen.parse::<std::net::SocketAddr>().is_err()
@@ -426,6 +435,15 @@ mod tests {
             listen: "localhost".into(),
             ..Default::default()
         };
+        assert!(c.validate().is_err());
+        let c = BrokerConfig {
+            listen: "127.0.0.1:0".into(),
+            ..Default::default()
+        };
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("port 0 is not supported"), "{err}");
+        let mut c = BrokerConfig::default();
+        c.storage.recovery_checkpoints_per_s_max = 0;
         assert!(c.validate().is_err());
     }
 }
