@@ -15,6 +15,7 @@ OUT="${1:-results/broker-$(date +%Y-%m-%d)}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 PORT=19500
+METRICS_PORT=19550
 BIN=target/release/borges
 LG=target/release/borges-loadgen
 
@@ -26,13 +27,15 @@ log() { printf '%s\n' "$*" | tee -a "$OUT/commands.txt" >&2; }
 
 BPID=""
 BDIR=""
-start_broker() { # CPUS CORES [extra broker args...]
+start_broker() { # CPUS CORES [extra broker args...]; METRICS=1 serves metrics on METRICS_PORT
     local cpus=$1 cores=$2
     shift 2
+    local metrics=""
+    [ "${METRICS:-}" = 1 ] && metrics="127.0.0.1:$METRICS_PORT"
     BDIR=$(mktemp -d /tmp/borges-bench-broker.XXXXXX)
-    log "taskset -c $cpus $BIN broker --data-dir $BDIR/data --cores $cores --listen 127.0.0.1:$PORT --metrics-listen '' $*"
+    log "taskset -c $cpus $BIN broker --data-dir $BDIR/data --cores $cores --listen 127.0.0.1:$PORT --metrics-listen '$metrics' $*"
     taskset -c "$cpus" "$BIN" broker --data-dir "$BDIR/data" --cores "$cores" \
-        --listen "127.0.0.1:$PORT" --metrics-listen "" --ready-file "$BDIR/ready.json" "$@" \
+        --listen "127.0.0.1:$PORT" --metrics-listen "$metrics" --ready-file "$BDIR/ready.json" "$@" \
         >"$BDIR/broker.log" 2>&1 &
     BPID=$!
     for _ in $(seq 1 300); do [ -f "$BDIR/ready.json" ] && return 0; sleep 0.1; done
@@ -135,8 +138,19 @@ sed -e "s/^name = .*/name = \"latency-1p-1kb-half\"/" \
     -e "s/^description = .*/description = \"Publish latency at half the measured maximum ($HALF records\/s), linger 0, acks=1.\"/" \
     -e "s/^rate_records_s = .*/rate_records_s = $HALF/" -e "/^max_rate_mode/d" \
     -e "s/^linger_ms = .*/linger_ms = 0/" loadgen/workloads/broker/produce-1p-1kb-64k.toml >"$LAT"
-start_broker 0 1
+METRICS=1 start_broker 0 1
 loadgen latency-1p-1kb-half 1 "$LAT"
+# The broker's own view of the same requests: decode to response ready (whole broker lifetime,
+# warm-up included), from its Prometheus endpoint.
+log "curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep 'borges_request_latency_seconds{api=\"Produce\"'"
+python3 - "$METRICS_PORT" >"$OUT/latency-1p-1kb-half-broker.txt" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
+for line in text.splitlines():
+    if line.startswith('borges_request_latency_seconds{api="Produce",quantile='):
+        q = line.split('quantile="')[1].split('"')[0]
+        print(f"broker_produce_p{q.replace('0.', '').ljust(2, '0')}_ms={float(line.split()[-1]) * 1000:.3f}")
+PY
 stop_broker
 
 # 5. Direct vs forwarded: 16 partitions on 2 broker cores.
@@ -173,6 +187,8 @@ stop_broker
         mb=$(field "$r" throughput_mb_s)
         echo "| $r | $mb | $(python3 -c "print(round(100*$mb/$LOOPBACK_MB_S,1))") | $(field "$r" throughput_records_s) | $(field "$r" publish_p50_ms) / $(field "$r" publish_p99_ms) / $(field "$r" publish_p999_ms) | $(field "$r" broker_cpu_pct_avg) |"
     done
+    echo
+    echo "Broker side of latency-1p-1kb-half (\`borges_request_latency_seconds{api=\"Produce\"}\`, decode to response ready): p50 $(field latency-1p-1kb-half-broker broker_produce_p50_ms) ms, p99 $(field latency-1p-1kb-half-broker broker_produce_p99_ms) ms, p99.9 $(field latency-1p-1kb-half-broker broker_produce_p999_ms) ms."
     echo
     echo "Broker limits with pre-encoded requests (\`borges-loadgen blast\`, no client-library work):"
     echo
