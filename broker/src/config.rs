@@ -290,6 +290,10 @@ pub struct RuntimeSettings {
     /// Wake each core at least this often (0 disables); bounds a glommio 0.9.0 scheduler bug
     /// that can park a core with runnable tasks (see `borges_runtime::executor::stall_guard`).
     pub stall_guard_us: u64,
+    /// Longest stall-guard period while a core is idle: above `stall_guard_us` the guard backs
+    /// off by doubling and returns to `stall_guard_us` on the next request, saving idle CPU at
+    /// the price of up to this much extra latency for the first request after an idle spell.
+    pub stall_guard_idle_us: u64,
 }
 
 impl Default for RuntimeSettings {
@@ -299,6 +303,7 @@ impl Default for RuntimeSettings {
             preempt_timer_ms: 2,
             spin_before_park_us: 0,
             stall_guard_us: 1000,
+            stall_guard_idle_us: 1000,
         }
     }
 }

@@ -225,6 +225,7 @@ async fn read_loop(
         }
         match decoder.decode(&mut rb.buf) {
             Ok(Some(frame)) => {
+                borges_runtime::executor::note_activity();
                 rb.consumed(frame.header.frame_size_bytes as usize);
                 let permit = match permit.take() {
                     Some(p) => p,

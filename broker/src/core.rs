@@ -348,6 +348,7 @@ impl Core {
 /// Runs one inbox: executes the batches of messages coming from one other core, in order.
 pub async fn run_inbox(core: Rc<Core>, inbox: CoreReceiver<Vec<CoreMessage>>) {
     while let Some(batch) = inbox.recv().await {
+        borges_runtime::executor::note_activity();
         for msg in batch {
             crate::dispatch::execute(&core, msg).await;
         }

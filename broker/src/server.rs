@@ -81,6 +81,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         preempt_timer_ms: runtime.preempt_timer_ms,
         spin_before_park_us: runtime.spin_before_park_us,
         stall_guard_us: runtime.stall_guard_us,
+        stall_guard_idle_us: runtime.stall_guard_idle_us,
         ..ExecutorConfig::default()
     };
     let mut ends: Vec<Option<MeshEndpoints<Vec<CoreMessage>>>> =
