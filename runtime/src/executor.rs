@@ -418,6 +418,51 @@ pub fn note_activity() {
     }
 }
 
+/// Runs `f` once on a single pinned executor started from `config` (one core, whatever
+/// `config.cores` says) and returns its output. For tests, tools and benchmarks that need a real
+/// core with chosen settings (for example a long preemption timer).
+pub fn run_on_one_core<F, Fut, T>(config: &ExecutorConfig, f: F) -> Result<T, RuntimeError>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let config = ExecutorConfig {
+        cores: 1,
+        ..config.clone()
+    };
+    // `start` wants a `Fn` that could make one body per core; with one core it runs once.
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
+    let executors = start(
+        &config,
+        |_, _| (),
+        move |_, ()| {
+            let f = slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            async move {
+                match f {
+                    Some(f) => Some(f().await),
+                    None => None,
+                }
+            }
+        },
+    )?;
+    let cpu = executors.cpus.first().copied().unwrap_or(0);
+    let ran_twice = || RuntimeError::Executor {
+        core: 0,
+        cpu,
+        message: "executor body ran twice".into(),
+    };
+    executors
+        .join()
+        .into_iter()
+        .next()
+        .ok_or_else(ran_twice)??
+        .ok_or_else(ran_twice)
+}
+
 /// Runs one executor on the current thread (unpinned) until `future` completes. For tests,
 /// tools and benchmarks that need one core.
 pub fn run_local<T>(future: impl Future<Output = T>) -> Result<T, RuntimeError> {

@@ -82,25 +82,12 @@ where
     T: Send + 'static,
 {
     let config = borges_runtime::executor::ExecutorConfig {
-        cores: 1,
         preempt_timer_ms,
         ..Default::default()
     };
-    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
-    let executors = borges_runtime::executor::start(
-        &config,
-        |_, _| (),
-        move |_, ()| {
-            let f = slot.lock().ok().and_then(|mut s| s.take());
-            async move {
-                match f {
-                    Some(f) => f().await.map_err(|e| e.to_string()),
-                    None => Err("executor body ran twice".to_string()),
-                }
-            }
-        },
-    )?;
-    let result = executors.join().into_iter().next().ok_or("no core")??;
+    let result = borges_runtime::executor::run_on_one_core(&config, move || async move {
+        f().await.map_err(|e| e.to_string())
+    })?;
     Ok(result?)
 }
 

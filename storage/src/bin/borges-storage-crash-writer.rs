@@ -73,24 +73,13 @@ fn main() -> Result<(), Error> {
     // A long preemption timer: glommio 0.9 can park an executor with runnable tasks when the
     // timer fires at the top of its loop (see storage/tests/common/mod.rs).
     let config = borges_runtime::executor::ExecutorConfig {
-        cores: 1,
         preempt_timer_ms: 1000,
         ..Default::default()
     };
-    let executors = borges_runtime::executor::start(
-        &config,
-        |_, _| (),
-        move |_, ()| {
-            let dir = dir.clone();
-            async move {
-                write_forever(dir, durability)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        },
-    )?;
-    for result in executors.join() {
-        result??;
-    }
+    borges_runtime::executor::run_on_one_core(&config, move || async move {
+        write_forever(dir, durability)
+            .await
+            .map_err(|e| e.to_string())
+    })??;
     Ok(())
 }

@@ -31,26 +31,10 @@ where
         .with_test_writer()
         .try_init();
     let config = borges_runtime::executor::ExecutorConfig {
-        cores: 1,
         preempt_timer_ms: 1000,
         ..Default::default()
     };
-    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
-    let executors = borges_runtime::executor::start(
-        &config,
-        |_, _| (),
-        move |_, ()| {
-            let f = slot
-                .lock()
-                .expect("not poisoned")
-                .take()
-                .expect("runs once");
-            f()
-        },
-    )
-    .expect("executor starts");
-    let result = executors.join().into_iter().next().expect("one core");
-    match result {
+    match borges_runtime::executor::run_on_one_core(&config, f) {
         Ok(t) => t,
         Err(e) => panic!("test executor failed: {e}"),
     }
