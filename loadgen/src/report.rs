@@ -364,6 +364,75 @@ fn series_color(driver: &str) -> RGBColor {
     }
 }
 
+type Canvas<'p> = DrawingArea<SVGBackend<'p>, plotters::coord::Shift>;
+
+/// A white SVG canvas written to `path` by [`finish_chart`].
+fn canvas(path: &Path) -> Result<Canvas<'_>, LoadgenError> {
+    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    Ok(root)
+}
+
+/// The frame every report chart shares: caption, margin and label areas.
+fn chart_frame<'a, 'p>(
+    root: &'a Canvas<'p>,
+    caption: &str,
+) -> ChartBuilder<'a, 'a, SVGBackend<'p>> {
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(caption, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70);
+    builder
+}
+
+/// Draws `points` as a line with a legend entry `name`.
+fn draw_line<CT>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, CT>,
+    points: Vec<(f64, f64)>,
+    style: ShapeStyle,
+    name: String,
+) -> Result<(), LoadgenError>
+where
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    chart
+        .draw_series(LineSeries::new(points, style))
+        .map_err(draw_err)?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    Ok(())
+}
+
+/// Draws the legend at `position` and writes the file.
+fn finish_chart<'p, CT: CoordTranslate>(
+    mut chart: ChartContext<'p, SVGBackend<'p>, CT>,
+    root: &Canvas<'_>,
+    position: SeriesLabelPosition,
+) -> Result<(), LoadgenError> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)
+}
+
+/// A log-scale range around `values` (milliseconds), at least 0.5 ms .. 2 ms.
+fn log_range(values: impl IntoIterator<Item = f64> + Clone) -> std::ops::Range<f64> {
+    let min = values
+        .clone()
+        .into_iter()
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        * 0.5;
+    let max = values.into_iter().fold(0.0, f64::max).max(1.0) * 2.0;
+    min..max
+}
+
 /// Publish (solid) and end-to-end (dashed markers) latency percentiles, log scale.
 pub fn latency_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError> {
     let runs: Vec<&RunResult> = c.subject.iter().chain(&c.baseline).collect();
@@ -388,24 +457,9 @@ pub fn latency_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError> {
         .flat_map(|r| series(r, false).into_iter().chain(series(r, true)))
         .map(|(_, v)| v)
         .collect();
-    let y_min = values
-        .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min)
-        .min(1.0)
-        * 0.5;
-    let y_max = values.iter().copied().fold(0.0, f64::max).max(1.0) * 2.0;
-    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: latency percentiles", c.workload),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(-0.3f64..4.3f64, (y_min..y_max).log_scale())
+    let root = canvas(path)?;
+    let mut chart = chart_frame(&root, &format!("{}: latency percentiles", c.workload))
+        .build_cartesian_2d(-0.3f64..4.3f64, log_range(values).log_scale())
         .map_err(draw_err)?;
     chart
         .configure_mesh()
@@ -436,11 +490,7 @@ pub fn latency_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError> {
                 r.driver,
                 if e2e { "end-to-end" } else { "publish" }
             );
-            chart
-                .draw_series(LineSeries::new(points.clone(), style))
-                .map_err(draw_err)?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            draw_line(&mut chart, points.clone(), style, name)?;
             chart
                 .draw_series(
                     points
@@ -450,14 +500,7 @@ pub fn latency_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError> {
                 .map_err(draw_err)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(draw_err)?;
-    root.present().map_err(draw_err)
+    finish_chart(chart, &root, SeriesLabelPosition::UpperLeft)
 }
 
 /// Produce (solid) and consume (light) MB/s per one-second window.
@@ -489,16 +532,8 @@ pub fn throughput_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError>
         .map(|(_, v)| v)
         .fold(1.0, f64::max)
         * 1.15;
-    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: throughput per second", c.workload),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+    let root = canvas(path)?;
+    let mut chart = chart_frame(&root, &format!("{}: throughput per second", c.workload))
         .build_cartesian_2d(0f64..t_max, 0f64..y_max)
         .map_err(draw_err)?;
     chart
@@ -519,21 +554,10 @@ pub fn throughput_chart(c: &Comparison, path: &Path) -> Result<(), LoadgenError>
                 r.driver,
                 if consumed { "consume" } else { "publish" }
             );
-            chart
-                .draw_series(LineSeries::new(points, style))
-                .map_err(draw_err)?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            draw_line(&mut chart, points, style, name)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(draw_err)?;
-    root.present().map_err(draw_err)
+    finish_chart(chart, &root, SeriesLabelPosition::LowerRight)
 }
 
 /// Publish p99 (solid) and max (light) per one-second window, log scale.
@@ -557,29 +581,17 @@ pub fn latency_over_time_chart(c: &Comparison, path: &Path) -> Result<(), Loadge
         .flat_map(|r| series(r, false).into_iter().chain(series(r, true)))
         .map(|(_, v)| v)
         .collect();
-    let y_min = values
-        .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min)
-        .min(1.0)
-        * 0.5;
-    let y_max = values.iter().copied().fold(0.0, f64::max).max(1.0) * 2.0;
     let t_max = runs
         .iter()
         .flat_map(|r| r.windows.last().map(|w| w.t_s))
         .fold(1.0, f64::max);
-    let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: publish latency per second", c.workload),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..t_max, (y_min..y_max).log_scale())
-        .map_err(draw_err)?;
+    let root = canvas(path)?;
+    let mut chart = chart_frame(
+        &root,
+        &format!("{}: publish latency per second", c.workload),
+    )
+    .build_cartesian_2d(0f64..t_max, log_range(values).log_scale())
+    .map_err(draw_err)?;
     chart
         .configure_mesh()
         .x_desc("seconds since start (warm-up included)")
@@ -597,21 +609,10 @@ pub fn latency_over_time_chart(c: &Comparison, path: &Path) -> Result<(), Loadge
                 continue;
             }
             let name = format!("{} {}", r.driver, if max { "max" } else { "p99" });
-            chart
-                .draw_series(LineSeries::new(points, style))
-                .map_err(draw_err)?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            draw_line(&mut chart, points, style, name)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(draw_err)?;
-    root.present().map_err(draw_err)
+    finish_chart(chart, &root, SeriesLabelPosition::UpperRight)
 }
 
 #[cfg(test)]
