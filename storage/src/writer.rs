@@ -96,39 +96,56 @@ impl IndexParts<'_> {
         offsets_upto: usize,
         times_upto: usize,
     ) -> Result<(), StorageError> {
-        let mut wrote = false;
-        if offsets_upto > *self.persisted_offsets {
-            let bytes = index.encode_offsets(*self.persisted_offsets, offsets_upto);
-            let at = (*self.persisted_offsets * OFFSET_ENTRY_SIZE_BYTES) as u64;
-            self.index_file
-                .write_all_at(bytes, at)
-                .await
-                .map_err(|e| io_error("write", self.log_path, e))?;
-            *self.persisted_offsets = offsets_upto;
-            wrote = true;
-        }
-        if times_upto > *self.persisted_times {
-            let bytes = index.encode_times(*self.persisted_times, times_upto);
-            let at = (*self.persisted_times * TIME_ENTRY_SIZE_BYTES) as u64;
-            self.time_file
-                .write_all_at(bytes, at)
-                .await
-                .map_err(|e| io_error("write", self.log_path, e))?;
-            *self.persisted_times = times_upto;
-            wrote = true;
-        }
-        if wrote {
-            self.index_file
-                .sync_data()
-                .await
-                .map_err(|e| io_error("fdatasync", self.log_path, e))?;
-            self.time_file
-                .sync_data()
-                .await
-                .map_err(|e| io_error("fdatasync", self.log_path, e))?;
+        let wrote_offsets = append_entries(
+            self.index_file,
+            self.persisted_offsets,
+            offsets_upto,
+            OFFSET_ENTRY_SIZE_BYTES,
+            |from, to| index.encode_offsets(from, to),
+            self.log_path,
+        )
+        .await?;
+        let wrote_times = append_entries(
+            self.time_file,
+            self.persisted_times,
+            times_upto,
+            TIME_ENTRY_SIZE_BYTES,
+            |from, to| index.encode_times(from, to),
+            self.log_path,
+        )
+        .await?;
+        if wrote_offsets || wrote_times {
+            for file in [&*self.index_file, &*self.time_file] {
+                file.sync_data()
+                    .await
+                    .map_err(|e| io_error("fdatasync", self.log_path, e))?;
+            }
         }
         Ok(())
     }
+}
+
+/// Writes entries `[*persisted..upto)` of one index file (encoded by `encode(from, to)`) at their
+/// place and advances `*persisted`; false if there was nothing to write.
+async fn append_entries(
+    file: &BufferedFile,
+    persisted: &mut usize,
+    upto: usize,
+    entry_size_bytes: usize,
+    encode: impl FnOnce(usize, usize) -> Vec<u8>,
+    log_path: &Path,
+) -> Result<bool, StorageError> {
+    if upto <= *persisted {
+        return Ok(false);
+    }
+    file.write_all_at(
+        encode(*persisted, upto),
+        (*persisted * entry_size_bytes) as u64,
+    )
+    .await
+    .map_err(|e| io_error("write", log_path, e))?;
+    *persisted = upto;
+    Ok(true)
 }
 
 impl Writer {
