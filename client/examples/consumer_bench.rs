@@ -15,32 +15,12 @@ use borges_client::{
 };
 use bytes::Bytes;
 
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_string())
-}
+mod bench_util;
 
-/// (time on CPU, time waiting for a CPU) of this thread in ns.
-fn schedstat() -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let mut fields = text
-        .split_whitespace()
-        .map(|f| f.parse::<u64>().unwrap_or(0));
-    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
-}
+use bench_util::{arg, malloc_keep_if_asked, schedstat};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if arg("--malloc-keep", "false") == "true" {
-        // Serve large buffers from the heap and keep freed memory instead of unmapping it.
-        // SAFETY: mallopt only changes glibc malloc tunables; called before other threads.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        }
-    }
+    malloc_keep_if_asked(256 << 20);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

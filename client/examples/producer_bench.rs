@@ -13,34 +13,12 @@ use std::time::Instant;
 use borges_client::{Acks, ClientConfig, Compression, Producer, ProducerConfig, ProducerRecord};
 use bytes::Bytes;
 
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_string())
-}
+mod bench_util;
 
-/// (time on CPU, time waiting for a CPU) of this thread in ns, from /proc/thread-self/schedstat:
-/// the producer runs on this one thread, and the wait shows how much other load took the core.
-fn schedstat() -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let mut fields = text
-        .split_whitespace()
-        .map(|f| f.parse::<u64>().unwrap_or(0));
-    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
-}
+use bench_util::{arg, malloc_keep_if_asked, schedstat};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if arg("--malloc-keep", "false") == "true" {
-        // Keep freed batch buffers in the heap instead of returning them to the kernel (which
-        // then zeroes fresh pages for the next batches).
-        // SAFETY: mallopt only changes glibc malloc tunables; called before other threads.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-        }
-    }
+    malloc_keep_if_asked(64 << 20);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

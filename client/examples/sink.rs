@@ -20,17 +20,13 @@ use flatbuffers::FlatBufferBuilder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+mod bench_util;
+
+use bench_util::arg;
+
 struct Stats {
     bytes: AtomicU64,
     records: AtomicU64,
-}
-
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_string())
 }
 
 fn main() -> std::io::Result<()> {
