@@ -453,9 +453,6 @@ pub(crate) fn spawn_flusher(log: &Rc<PartitionLog>, writer: Writer) {
 /// reopened on the next append), so that idle partitions hold no file descriptors.
 const HIBERNATE_AFTER: Duration = Duration::from_secs(5);
 
-/// How often write rounds running beside a checkpoint look whether it has finished.
-const PERIODIC_POLL: Duration = Duration::from_millis(1);
-
 /// The flusher's files: open, or closed while the partition is idle.
 enum Files {
     /// The writer, and its place in the core's count of open writers.
@@ -726,6 +723,8 @@ impl PartitionLog {
             }
             .await;
             done.set(true);
+            // Wakes the write loop below if it is waiting for appends.
+            self.work.notify_all();
             result
         };
         let writes = async {
@@ -735,9 +734,8 @@ impl PartitionLog {
                     break;
                 }
                 if !self.write_round_parts(&mut write).await? {
-                    // Nothing to write: wait for an append, looking at `done` every ms.
-                    borges_runtime::time::timeout(PERIODIC_POLL, self.work.changed_since(seen))
-                        .await;
+                    // Nothing to write: wait for an append or the end of the periodic work.
+                    self.work.changed_since(seen).await;
                 }
             }
             Ok::<(), StorageError>(())
