@@ -75,6 +75,31 @@ async fn poll_into(
     }
 }
 
+/// A consumer in `group` subscribed to `topic`.
+async fn subscribed_member(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    session_ms: u32,
+) -> Result<Consumer, Box<dyn std::error::Error>> {
+    let mut c = Consumer::new(
+        ClientConfig::new(bootstrap),
+        member_config(group, session_ms),
+    )
+    .await?;
+    c.subscribe(&[topic]).await?;
+    Ok(c)
+}
+
+/// An admin client, after creating `topic` with `PARTITIONS` partitions.
+async fn with_topic(bootstrap: &str, topic: &str) -> Result<Admin, Box<dyn std::error::Error>> {
+    let admin = Admin::new(ClientConfig::new(bootstrap)).await?;
+    admin
+        .create_topics(vec![NewTopic::new(topic, PARTITIONS)])
+        .await?;
+    Ok(admin)
+}
+
 fn partitions(c: &Consumer) -> BTreeSet<i32> {
     c.assignment().iter().map(|tp| tp.partition).collect()
 }
@@ -84,10 +109,7 @@ async fn failover(
     session_ms: u32,
 ) -> Result<Duration, Box<dyn std::error::Error>> {
     let topic = format!("group-bench-failover-{}", std::process::id());
-    let admin = Admin::new(ClientConfig::new(bootstrap)).await?;
-    admin
-        .create_topics(vec![NewTopic::new(&topic, PARTITIONS)])
-        .await?;
+    let admin = with_topic(bootstrap, &topic).await?;
     let producer = spawn_producer(bootstrap.to_string(), topic.clone(), 2_000);
     let group = format!("{topic}-g");
     let mut victim = Command::new(std::env::current_exe()?)
@@ -101,12 +123,7 @@ async fn failover(
         .stdout(Stdio::null())
         .spawn()?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut survivor = Consumer::new(
-        ClientConfig::new(bootstrap),
-        member_config(&group, session_ms),
-    )
-    .await?;
-    survivor.subscribe(&[topic.as_str()]).await?;
+    let mut survivor = subscribed_member(bootstrap, &group, &topic, session_ms).await?;
     let (mut last, mut gaps) = (HashMap::new(), HashMap::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     while partitions(&survivor).len() != (PARTITIONS / 2) as usize && Instant::now() < deadline {
@@ -138,18 +155,10 @@ async fn pause_on_join(
     session_ms: u32,
 ) -> Result<(Duration, Duration), Box<dyn std::error::Error>> {
     let topic = format!("group-bench-join-{}", std::process::id());
-    let admin = Admin::new(ClientConfig::new(bootstrap)).await?;
-    admin
-        .create_topics(vec![NewTopic::new(&topic, PARTITIONS)])
-        .await?;
+    let admin = with_topic(bootstrap, &topic).await?;
     let producer = spawn_producer(bootstrap.to_string(), topic.clone(), 2_000);
     let group = format!("{topic}-g");
-    let mut first = Consumer::new(
-        ClientConfig::new(bootstrap),
-        member_config(&group, session_ms),
-    )
-    .await?;
-    first.subscribe(&[topic.as_str()]).await?;
+    let mut first = subscribed_member(bootstrap, &group, &topic, session_ms).await?;
     let (mut last, mut gaps) = (HashMap::new(), HashMap::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     while partitions(&first).len() != PARTITIONS as usize && Instant::now() < deadline {
@@ -163,12 +172,7 @@ async fn pause_on_join(
     }
     let baseline = gaps.values().copied().max().unwrap_or_default();
     // A second member joins; measure the first member's gaps on the partitions it keeps.
-    let mut second = Consumer::new(
-        ClientConfig::new(bootstrap),
-        member_config(&group, session_ms),
-    )
-    .await?;
-    second.subscribe(&[topic.as_str()]).await?;
+    let mut second = subscribed_member(bootstrap, &group, &topic, session_ms).await?;
     let (mut last, mut gaps) = (HashMap::new(), HashMap::new());
     let (mut l2, mut g2) = (HashMap::new(), HashMap::new());
     let until = Instant::now() + Duration::from_secs(8);
@@ -192,14 +196,9 @@ async fn pause_on_join(
 
 async fn commit_rate(bootstrap: &str) -> Result<f64, Box<dyn std::error::Error>> {
     let topic = format!("group-bench-commit-{}", std::process::id());
-    let admin = Admin::new(ClientConfig::new(bootstrap)).await?;
-    admin
-        .create_topics(vec![NewTopic::new(&topic, PARTITIONS)])
-        .await?;
+    let admin = with_topic(bootstrap, &topic).await?;
     let group = format!("{topic}-g");
-    let mut member =
-        Consumer::new(ClientConfig::new(bootstrap), member_config(&group, 10_000)).await?;
-    member.subscribe(&[topic.as_str()]).await?;
+    let mut member = subscribed_member(bootstrap, &group, &topic, 10_000).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while partitions(&member).len() != PARTITIONS as usize && Instant::now() < deadline {
         let _ = member.poll(Duration::from_millis(50)).await?;
@@ -223,12 +222,7 @@ async fn commit_rate(bootstrap: &str) -> Result<f64, Box<dyn std::error::Error>>
 async fn member(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let (bootstrap, topic, group) = (&args[0], &args[1], &args[2]);
     let session_ms: u32 = args[3].parse()?;
-    let mut c = Consumer::new(
-        ClientConfig::new(bootstrap),
-        member_config(group, session_ms),
-    )
-    .await?;
-    c.subscribe(&[topic.as_str()]).await?;
+    let mut c = subscribed_member(bootstrap, group, topic, session_ms).await?;
     loop {
         let _ = c.poll(Duration::from_millis(50)).await?;
     }
