@@ -92,35 +92,13 @@ fn produce_frame(args: &BlastArgs) -> Result<BytesMut> {
         }
         payload.extend_from_slice(&b.build()?);
     }
-    let mut fbb = FlatBufferBuilder::new();
     let range = wire::PayloadRange::new(0, payload.len() as u32);
-    let p = wire::PartitionProduceData::create(
-        &mut fbb,
-        &wire::PartitionProduceDataArgs {
-            partition: args.partition,
-            records: Some(&range),
-        },
+    let fbb = message::one_topic_produce_request(
+        &args.topic,
+        &[(args.partition, range)],
+        args.acks,
+        30_000,
     );
-    let parts = fbb.create_vector(&[p]);
-    let name = fbb.create_string(&args.topic);
-    let t = wire::TopicProduceData::create(
-        &mut fbb,
-        &wire::TopicProduceDataArgs {
-            name: Some(name),
-            partitions: Some(parts),
-        },
-    );
-    let topics = fbb.create_vector(&[t]);
-    let root = wire::ProduceRequest::create(
-        &mut fbb,
-        &wire::ProduceRequestArgs {
-            transactional_id: None,
-            acks: args.acks,
-            timeout_ms: 30_000,
-            topics: Some(topics),
-        },
-    );
-    fbb.finish(root, None);
     Ok(message::encode_message(
         MessageHead::request(ApiKey::Produce, 0, 1),
         &fbb,

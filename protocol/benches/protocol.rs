@@ -100,37 +100,11 @@ fn frames(c: &mut Criterion) {
 
 fn messages(c: &mut Criterion) {
     // A Produce request naming 100 partitions: verify + walk every range.
-    let mut fbb = flatbuffers::FlatBufferBuilder::new();
     let partitions: Vec<_> = (0..100u32)
-        .map(|p| {
-            let records = wire::PayloadRange::new(p * 16384, 16384);
-            wire::PartitionProduceData::create(
-                &mut fbb,
-                &wire::PartitionProduceDataArgs {
-                    partition: p as i32,
-                    records: Some(&records),
-                },
-            )
-        })
+        .map(|p| (p as i32, wire::PayloadRange::new(p * 16384, 16384)))
         .collect();
-    let partitions = fbb.create_vector(&partitions);
-    let name = fbb.create_string("events");
-    let topic = wire::TopicProduceData::create(
-        &mut fbb,
-        &wire::TopicProduceDataArgs {
-            name: Some(name),
-            partitions: Some(partitions),
-        },
-    );
-    let topics = fbb.create_vector(&[topic]);
-    let root = wire::ProduceRequest::create(
-        &mut fbb,
-        &wire::ProduceRequestArgs {
-            topics: Some(topics),
-            ..Default::default()
-        },
-    );
-    fbb.finish_minimal(root);
+    let fbb =
+        borges_protocol::message::one_topic_produce_request("events", &partitions, -1, 30_000);
     let bytes = fbb.finished_data().to_vec();
     let mut group = c.benchmark_group("message");
     group.throughput(Throughput::Elements(1));

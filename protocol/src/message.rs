@@ -409,47 +409,63 @@ pub fn decode_error_response(message: &[u8]) -> Result<(ErrorCode, Option<&str>)
     ))
 }
 
+/// A finished Produce request for partitions of one topic, each `(partition, its byte range of
+/// the payload region)`: the request tools, benchmarks and tests send (the client SDK builds
+/// requests spanning topics itself). Encode it with [`encode_message`] and the payload.
+pub fn one_topic_produce_request(
+    topic: &str,
+    partitions: &[(i32, wire::PayloadRange)],
+    acks: i16,
+    timeout_ms: i32,
+) -> FlatBufferBuilder<'static> {
+    let mut fbb = FlatBufferBuilder::new();
+    let partitions: Vec<_> = partitions
+        .iter()
+        .map(|(partition, records)| {
+            wire::PartitionProduceData::create(
+                &mut fbb,
+                &wire::PartitionProduceDataArgs {
+                    partition: *partition,
+                    records: Some(records),
+                },
+            )
+        })
+        .collect();
+    let partitions = fbb.create_vector(&partitions);
+    let name = fbb.create_string(topic);
+    let topic = wire::TopicProduceData::create(
+        &mut fbb,
+        &wire::TopicProduceDataArgs {
+            name: Some(name),
+            partitions: Some(partitions),
+        },
+    );
+    let topics = fbb.create_vector(&[topic]);
+    let root = wire::ProduceRequest::create(
+        &mut fbb,
+        &wire::ProduceRequestArgs {
+            transactional_id: None,
+            acks,
+            timeout_ms,
+            topics: Some(topics),
+        },
+    );
+    fbb.finish_minimal(root);
+    fbb
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::frame::{FrameDecoder, FRAME_SIZE_BYTES_MAX_DEFAULT};
 
     fn produce_request(ranges: &[(u32, u32)]) -> FlatBufferBuilder<'static> {
-        let mut fbb = FlatBufferBuilder::new();
         let partitions: Vec<_> = ranges
             .iter()
             .enumerate()
-            .map(|(i, &(offset, length))| {
-                let records = wire::PayloadRange::new(offset, length);
-                wire::PartitionProduceData::create(
-                    &mut fbb,
-                    &wire::PartitionProduceDataArgs {
-                        partition: i as i32,
-                        records: Some(&records),
-                    },
-                )
-            })
+            .map(|(i, &(offset, length))| (i as i32, wire::PayloadRange::new(offset, length)))
             .collect();
-        let partitions = fbb.create_vector(&partitions);
-        let name = fbb.create_string("orders");
-        let topic = wire::TopicProduceData::create(
-            &mut fbb,
-            &wire::TopicProduceDataArgs {
-                name: Some(name),
-                partitions: Some(partitions),
-            },
-        );
-        let topics = fbb.create_vector(&[topic]);
-        let root = wire::ProduceRequest::create(
-            &mut fbb,
-            &wire::ProduceRequestArgs {
-                topics: Some(topics),
-                acks: 1,
-                ..Default::default()
-            },
-        );
-        fbb.finish_minimal(root);
-        fbb
+        one_topic_produce_request("orders", &partitions, 1, 30_000)
     }
 
     #[test]

@@ -201,35 +201,8 @@ impl RawClient {
         batches: &[u8],
         acks: i16,
     ) -> Option<(ErrorCode, i64, Option<String>)> {
-        let mut fbb = FlatBufferBuilder::new();
         let range = wire::PayloadRange::new(0, batches.len() as u32);
-        let p = wire::PartitionProduceData::create(
-            &mut fbb,
-            &wire::PartitionProduceDataArgs {
-                partition,
-                records: Some(&range),
-            },
-        );
-        let parts = fbb.create_vector(&[p]);
-        let n = fbb.create_string(topic);
-        let t = wire::TopicProduceData::create(
-            &mut fbb,
-            &wire::TopicProduceDataArgs {
-                name: Some(n),
-                partitions: Some(parts),
-            },
-        );
-        let topics = fbb.create_vector(&[t]);
-        let root = wire::ProduceRequest::create(
-            &mut fbb,
-            &wire::ProduceRequestArgs {
-                transactional_id: None,
-                acks,
-                timeout_ms: 30000,
-                topics: Some(topics),
-            },
-        );
-        fbb.finish(root, None);
+        let fbb = message::one_topic_produce_request(topic, &[(partition, range)], acks, 30_000);
         if acks == 0 {
             self.send(ApiKey::Produce, &fbb, batches);
             return None;
