@@ -84,9 +84,8 @@ impl BrokerArgs {
 }
 
 /// Runs the broker until SIGTERM or SIGINT; returns once it has shut down cleanly.
-pub fn run(args: BrokerArgs) -> anyhow::Result<()> {
+pub fn run(args: BrokerArgs) -> Result<(), crate::BrokerError> {
     crate::logging::init(&args.log_format);
     let config = args.resolve()?;
-    crate::server::run(config)?;
-    Ok(())
+    crate::server::run(config)
 }

@@ -20,11 +20,30 @@ use borges_runtime::sync::{Notify, StaticPermit};
 use borges_runtime::task::{self, Task};
 use borges_runtime::time;
 use bytes::BytesMut;
+use thiserror::Error;
 
 use crate::config::FetchSendMode;
 use crate::core::Core;
-use crate::router::{Failure, SendChunk};
+use crate::failure::Failure;
+use crate::types::SendChunk;
 use crate::wire::{self, Response};
+
+/// Why a connection's reader stopped.
+#[derive(Debug, Error)]
+enum CloseReason {
+    #[error("broker shutting down")]
+    ShuttingDown,
+    #[error("peer closed")]
+    PeerClosed,
+    #[error("idle for {0} ms")]
+    Idle(u128),
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    #[error("undecodable frame")]
+    UndecodableFrame,
+    #[error("request memory: {0}")]
+    RequestMemory(String),
+}
 
 /// Bytes read from a socket at once when no frame size is known yet.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -213,7 +232,7 @@ async fn read_loop(
     mut stream: TcpStream,
     in_flight: &InFlight,
     peer: &Rc<str>,
-) -> Result<(), String> {
+) -> Result<(), CloseReason> {
     let limits = &core.config.limits;
     let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
     let mut decoder = FrameDecoder::new(limits.frame_size_bytes_max);
@@ -221,7 +240,7 @@ async fn read_loop(
     let mut permit: Option<StaticPermit> = None;
     loop {
         if core.shutting_down.get() {
-            return Err("broker shutting down".into());
+            return Err(CloseReason::ShuttingDown);
         }
         match decoder.decode(&mut rb.buf) {
             Ok(Some(frame)) => {
@@ -238,7 +257,7 @@ async fn read_loop(
             Ok(None) => {}
             Err(e) => {
                 reject_stream(core, in_flight, &rb.buf, e).await;
-                return Err("undecodable frame".into());
+                return Err(CloseReason::UndecodableFrame);
             }
         }
         let total = decoder.frame_size_bytes_next();
@@ -256,7 +275,7 @@ async fn read_loop(
         match read {
             Ok(0) => {
                 rb.commit(start, 0);
-                return Err("peer closed".into());
+                return Err(CloseReason::PeerClosed);
             }
             Ok(n) => {
                 rb.commit(start, n);
@@ -276,11 +295,11 @@ fn frame_size(frame: &Frame) -> u64 {
     u64::from(frame.header.frame_size_bytes)
 }
 
-async fn acquire(core: &Rc<Core>, bytes: u64) -> Result<StaticPermit, String> {
+async fn acquire(core: &Rc<Core>, bytes: u64) -> Result<StaticPermit, CloseReason> {
     core.request_memory
         .acquire_static_permit(bytes)
         .await
-        .map_err(|e| format!("request memory: {e}"))
+        .map_err(|e| CloseReason::RequestMemory(e.to_string()))
 }
 
 /// Reads, giving up after `idle` without bytes or when the broker starts shutting down.
@@ -289,7 +308,7 @@ async fn read_some(
     stream: &mut TcpStream,
     buf: &mut [u8],
     idle: Duration,
-) -> Result<usize, String> {
+) -> Result<usize, CloseReason> {
     let seen = core.shutdown.generation();
     let read = futures_lite::future::or(
         async { Some(time::timeout(idle, stream.read(buf)).await) },
@@ -300,10 +319,10 @@ async fn read_some(
     )
     .await;
     match read {
-        None => Err("broker shutting down".into()),
-        Some(None) => Err(format!("idle for {} ms", idle.as_millis())),
+        None => Err(CloseReason::ShuttingDown),
+        Some(None) => Err(CloseReason::Idle(idle.as_millis())),
         Some(Some(Ok(n))) => Ok(n),
-        Some(Some(Err(e))) => Err(format!("read: {e}")),
+        Some(Some(Err(e))) => Err(CloseReason::Read(e)),
     }
 }
 

@@ -15,11 +15,13 @@ use borges_runtime::task;
 use futures_channel::oneshot;
 
 use crate::core::Core;
+use crate::error::BrokerError;
+use crate::failure::Failure;
 use crate::metadata::{
     check_topic_name, MetadataChange, MetadataImage, MetadataStore, PartitionRecord, TopicRecord,
     Uuid, CONSUMER_OFFSETS_TOPIC,
 };
-use crate::router::{CoreMessage, Failure};
+use crate::router::CoreMessage;
 use crate::topic_config;
 
 /// A topic to create.
@@ -128,12 +130,11 @@ fn controller(core: &Core) -> &Controller {
 }
 
 /// Loads the metadata store (creating it on first start) and pushes it to every core.
-pub async fn load(core: &Rc<Core>) -> Result<(), String> {
+pub async fn load(core: &Rc<Core>) -> Result<(), BrokerError> {
     let data_dir = core.config.data_dir.clone();
     let cores = core.cores as u16;
-    let store = task::spawn_blocking(move || MetadataStore::load_or_create(&data_dir, cores))
-        .await
-        .map_err(|e| e.to_string())?;
+    let store =
+        task::spawn_blocking(move || MetadataStore::load_or_create(&data_dir, cores)).await?;
     let image = store.image();
     tracing::info!(
         path = %store.path().display(),
@@ -149,8 +150,7 @@ pub async fn load(core: &Rc<Core>) -> Result<(), String> {
             core,
             MetadataChange::CreateTopic(offsets_topic(core, &image)),
         )
-        .await
-        .map_err(|f| f.message.unwrap_or_default())?
+        .await?
     };
     broadcast(core, image).await
 }
@@ -181,7 +181,7 @@ fn offsets_topic(core: &Core, image: &MetadataImage) -> TopicRecord {
 }
 
 /// Pushes an image to every core (this one included) and waits for all of them.
-pub async fn broadcast(core: &Rc<Core>, image: Arc<MetadataImage>) -> Result<(), String> {
+pub async fn broadcast(core: &Rc<Core>, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
     core.on_every_core(core.apply_metadata(image.clone()), |reply| {
         CoreMessage::ApplyMetadata {
             image: image.clone(),
@@ -215,7 +215,7 @@ fn current(core: &Core) -> Arc<MetadataImage> {
         .borrow()
         .as_ref()
         .map(|s| s.image())
-        .unwrap_or_else(|| core.metadata.borrow().clone())
+        .unwrap_or_else(|| core.image())
 }
 
 /// Executes a controller request and replies.
@@ -337,7 +337,7 @@ async fn create_topics(
                 match image.apply(&change) {
                     Ok(next) => image = next,
                     Err(e) => {
-                        results[i] = Err(Failure::new(ErrorCode::InvalidRequest, e));
+                        results[i] = Err(Failure::new(ErrorCode::InvalidRequest, e.to_string()));
                         continue;
                     }
                 }
@@ -355,7 +355,8 @@ fn new_topic_record(
     t: &NewTopic,
 ) -> Result<TopicRecord, Failure> {
     let limits = &core.config.limits;
-    check_topic_name(&t.name).map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e))?;
+    check_topic_name(&t.name)
+        .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
     if image.topics.contains_key(&t.name) {
         return Err(Failure::new(
             ErrorCode::TopicAlreadyExists,
@@ -400,7 +401,7 @@ fn new_topic_record(
         .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
         .collect();
     topic_config::validate(&configs, &core.config)
-        .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e))?;
+        .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e.to_string()))?;
     let cores = image.place(partitions as usize);
     Ok(TopicRecord {
         name: t.name.clone(),
@@ -487,7 +488,7 @@ async fn alter_configs(
             continue;
         }
         if let Err(e) = topic_config::validate(&configs, &core.config) {
-            results[i] = Err(Failure::new(ErrorCode::InvalidConfig, e));
+            results[i] = Err(Failure::new(ErrorCode::InvalidConfig, e.to_string()));
             continue;
         }
         if validate_only {

@@ -2,7 +2,6 @@
 //! cores, and the loop that executes messages from them.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -10,27 +9,18 @@ use borges_runtime::channel::{CoreReceiver, CoreSenders};
 use borges_runtime::net::TcpListener;
 use borges_runtime::sync::{Notify, Semaphore};
 use borges_runtime::task;
-use borges_storage::{CoreStorage, PartitionLog};
+use borges_storage::CoreStorage;
 use futures_channel::oneshot;
 
 use crate::config::BrokerConfig;
 use crate::controller::Controller;
-use crate::metadata::{partition_dir, MetadataImage, TopicRecord, Uuid};
-use crate::metrics::CoreMetrics;
-use crate::router::{CoreEndpoint, CoreMessage, Failure, Outbox, PartitionRef};
-use crate::topic_config;
-use borges_protocol::ErrorCode;
-
-/// Partitions opened concurrently while applying metadata.
-const PARTITION_OPENS_IN_FLIGHT_MAX: usize = 32;
-
-/// The logs of one topic's partitions that this core owns (others are `None`).
-pub struct TopicLogs {
-    /// Topic id the logs belong to (a re-created topic gets new logs).
-    pub id: Uuid,
-    /// Logs by partition index.
-    pub logs: Vec<Option<Rc<PartitionLog>>>,
-}
+use crate::error::BrokerError;
+use crate::failure::Failure;
+use crate::metadata::MetadataImage;
+use crate::metrics::{CoreMetrics, CoreReport, MetricsSnapshot};
+use crate::partition::PartitionTable;
+use crate::router::{CoreMessage, Outbox};
+use crate::types::CoreEndpoint;
 
 /// Everything one core owns. Lives on one core; other cores reach it only by message.
 pub struct Core {
@@ -40,16 +30,12 @@ pub struct Core {
     pub cores: usize,
     /// Broker configuration (shared, read-only).
     pub config: Arc<BrokerConfig>,
-    /// This core's copy of the metadata.
-    pub metadata: RefCell<Arc<MetadataImage>>,
-    /// Partition logs this core owns, by topic.
-    pub topics: RefCell<HashMap<String, TopicLogs>>,
-    /// The storage context of this core.
-    pub storage: Rc<CoreStorage>,
+    /// The partitions this core owns, and its copy of the metadata.
+    pub partitions: Rc<PartitionTable>,
     /// Outboxes to the other cores (`None` at this core's index).
     pub outboxes: Vec<Option<Rc<Outbox>>>,
     /// Metrics of this core.
-    pub metrics: CoreMetrics,
+    pub metrics: Rc<CoreMetrics>,
     /// Every core's own address, known once all cores are bound.
     pub endpoints: RefCell<Arc<Vec<CoreEndpoint>>>,
     /// Bytes of request frames in flight on this core.
@@ -87,14 +73,20 @@ impl Core {
             .map(|to| (to != id).then(|| Outbox::new(to, config.limits.cross_core_queue_depth_max)))
             .collect();
         let connections_max = config.limits.connections_max.div_ceil(cores as u32).max(1);
+        let metrics = Rc::new(CoreMetrics::new(id));
+        let partitions = Rc::new(PartitionTable::new(
+            id,
+            cores,
+            config.clone(),
+            storage,
+            metrics.clone(),
+        ));
         Rc::new(Core {
             id,
             cores,
-            metadata: RefCell::new(Arc::new(MetadataImage::new(cores as u16))),
-            topics: RefCell::new(HashMap::new()),
-            storage,
+            partitions,
             outboxes,
-            metrics: CoreMetrics::new(id),
+            metrics,
             endpoints: RefCell::new(Arc::new(Vec::new())),
             request_memory: Rc::new(Semaphore::new(
                 config.limits.request_memory_bytes_max_per_core,
@@ -136,12 +128,12 @@ impl Core {
     }
 
     /// Runs an operation on every core at once: `local` here, and the message built by `remote`
-    /// on every other core. Waits for all of them; the errors of every core, joined.
+    /// on every other core. Waits for all of them; the errors of every core, in core order.
     pub async fn on_every_core(
         self: &Rc<Self>,
-        local: impl std::future::Future<Output = Result<(), String>>,
-        remote: impl Fn(oneshot::Sender<Result<(), String>>) -> CoreMessage,
-    ) -> Result<(), String> {
+        local: impl std::future::Future<Output = Result<(), BrokerError>>,
+        remote: impl Fn(oneshot::Sender<Result<(), BrokerError>>) -> CoreMessage,
+    ) -> Result<(), BrokerError> {
         let mut asks = Vec::new();
         for to in (0..self.cores).filter(|&to| to != self.id) {
             let (tx, rx) = oneshot::channel();
@@ -149,7 +141,7 @@ impl Core {
             asks.push(task::spawn(async move {
                 crate::router::await_reply(rx)
                     .await
-                    .map_err(|f| f.message.unwrap_or_default())
+                    .map_err(BrokerError::from)
                     .and_then(|r| r)
             }));
         }
@@ -162,186 +154,35 @@ impl Core {
                 errors.push(e);
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        }
+        BrokerError::from_many(errors).map_or(Ok(()), Err)
     }
 
-    /// The topic record and the owning core of a partition, from this core's metadata.
-    pub fn locate(
-        &self,
-        topic: &str,
-        partition: i32,
-    ) -> Result<(usize, Arc<MetadataImage>), Failure> {
-        let image = self.metadata.borrow().clone();
-        let Some(t) = image.topics.get(topic) else {
-            return Err(Failure::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic {topic:?} does not exist"),
-            ));
-        };
-        let Some(p) = usize::try_from(partition)
-            .ok()
-            .and_then(|i| t.partitions.get(i))
-        else {
-            return Err(Failure::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!(
-                    "topic {topic:?} has {} partitions; partition {partition} does not exist",
-                    t.partitions.len()
-                ),
-            ));
-        };
-        Ok((usize::from(p.core), image))
+    /// This core's copy of the metadata image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.partitions.image()
     }
 
-    /// The log of a partition this core owns.
-    pub fn log(&self, partition: &PartitionRef) -> Result<Rc<PartitionLog>, Failure> {
-        self.topics
-            .borrow()
-            .get(&*partition.topic)
-            .and_then(|t| t.logs.get(partition.partition as usize))
-            .and_then(|l| l.clone())
-            .ok_or_else(|| {
-                Failure::new(
-                    ErrorCode::NotLeaderOrFollower,
-                    format!(
-                        "{}-{} is not served by core {}",
-                        partition.topic, partition.partition, self.id
-                    ),
-                )
-            })
-    }
-
-    /// Brings this core's partitions in line with `image`: opens new ones, reconfigures
-    /// changed ones, deletes removed topics' logs.
-    pub async fn apply_metadata(self: &Rc<Self>, image: Arc<MetadataImage>) -> Result<(), String> {
-        let old = self.metadata.replace(image.clone());
-        if old.revision > image.revision {
-            self.metadata.replace(old);
-            return Ok(());
-        }
-        self.drop_removed_topics(&image).await?;
-        let mut opens = Vec::new();
-        for t in image.topics.values() {
-            self.reconfigure_topic(t, &old).await?;
-            for (p, rec) in t.partitions.iter().enumerate() {
-                if usize::from(rec.core) == self.id && !self.has_log(&t.name, t.id, p) {
-                    opens.push((t.clone(), p));
-                }
-            }
-        }
-        for chunk in opens.chunks(PARTITION_OPENS_IN_FLIGHT_MAX) {
-            let tasks: Vec<_> = chunk
-                .iter()
-                .map(|(t, p)| {
-                    let core = self.clone();
-                    let (t, p) = (t.clone(), *p);
-                    task::spawn(async move { core.open_partition(&t, p).await })
-                })
-                .collect();
-            for t in tasks {
-                t.await?;
-            }
-        }
+    /// Brings this core in line with `image`: its partitions, then the consumer groups whose
+    /// offsets partitions it now owns.
+    pub async fn apply_metadata(
+        self: &Rc<Self>,
+        image: Arc<MetadataImage>,
+    ) -> Result<(), BrokerError> {
+        self.partitions.apply(image).await?;
         crate::groups::coordinator::load(self).await
     }
 
-    fn has_log(&self, topic: &str, id: Uuid, partition: usize) -> bool {
-        self.topics
-            .borrow()
-            .get(topic)
-            .is_some_and(|t| t.id == id && t.logs.get(partition).is_some_and(|l| l.is_some()))
-    }
-
-    async fn open_partition(&self, topic: &TopicRecord, partition: usize) -> Result<(), String> {
-        let dir = partition_dir(&self.config.data_dir, &topic.name, partition as u32);
-        let log_config = topic_config::log_config(&topic.configs, &self.config);
-        let log = PartitionLog::open(&self.storage, dir.clone(), log_config)
-            .await
-            .map_err(|e| format!("opening {}: {e}", dir.display()))?;
-        let mut topics = self.topics.borrow_mut();
-        let entry = topics
-            .entry(topic.name.clone())
-            .or_insert_with(|| TopicLogs {
-                id: topic.id,
-                logs: Vec::new(),
-            });
-        if entry.logs.len() < topic.partitions.len() {
-            entry.logs.resize(topic.partitions.len(), None);
-        }
-        entry.logs[partition] = Some(log);
-        Ok(())
-    }
-
-    async fn reconfigure_topic(&self, t: &TopicRecord, old: &MetadataImage) -> Result<(), String> {
-        let changed = old
-            .topics
-            .get(&t.name)
-            .is_some_and(|o| o.id == t.id && o.configs != t.configs);
-        if !changed {
-            return Ok(());
-        }
-        let logs: Vec<Rc<PartitionLog>> = self
-            .topics
-            .borrow()
-            .get(&t.name)
-            .map(|tl| tl.logs.iter().flatten().cloned().collect())
-            .unwrap_or_default();
-        let log_config = topic_config::log_config(&t.configs, &self.config);
-        for log in logs {
-            log.update_config(log_config.clone())
-                .await
-                .map_err(|e| format!("reconfiguring {}: {e}", t.name))?;
-        }
-        Ok(())
-    }
-
-    async fn drop_removed_topics(&self, image: &MetadataImage) -> Result<(), String> {
-        let removed: Vec<(String, TopicLogs)> = {
-            let mut topics = self.topics.borrow_mut();
-            let names: Vec<String> = topics
-                .iter()
-                .filter(|(name, tl)| image.topics.get(*name).is_none_or(|t| t.id != tl.id))
-                .map(|(name, _)| name.clone())
-                .collect();
-            names
-                .into_iter()
-                .filter_map(|n| topics.remove(&n).map(|tl| (n, tl)))
-                .collect()
-        };
-        for (name, tl) in removed {
-            for log in tl.logs.into_iter().flatten() {
-                log.delete()
-                    .await
-                    .map_err(|e| format!("deleting a partition of {name}: {e}"))?;
-            }
-            tracing::info!(core = self.id, topic = %name, "deleted topic's partitions");
-        }
-        Ok(())
-    }
-
-    /// Every log this core owns.
-    pub fn all_logs(&self) -> Vec<(PartitionRef, Rc<PartitionLog>)> {
-        let topics = self.topics.borrow();
-        let mut out = Vec::new();
-        for (name, tl) in topics.iter() {
-            let topic: Arc<str> = Arc::from(name.as_str());
-            for (p, log) in tl.logs.iter().enumerate() {
-                if let Some(log) = log {
-                    out.push((
-                        PartitionRef {
-                            topic: topic.clone(),
-                            partition: p as u32,
-                        },
-                        log.clone(),
-                    ));
-                }
-            }
-        }
-        out
+    /// A metrics snapshot of this core.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let storage = self.partitions.storage();
+        self.metrics.snapshot(CoreReport {
+            connections: self.connections.get(),
+            unflushed_bytes: storage.unflushed_bytes(),
+            tail_cache_bytes: storage.tail_cache_bytes(),
+            request_memory_available_bytes: self.request_memory.available(),
+            partitions: self.partitions.all().iter().map(|p| p.stats()).collect(),
+            group_offsets: self.groups.committed(),
+        })
     }
 }
 

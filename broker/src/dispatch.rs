@@ -10,8 +10,9 @@ use borges_runtime::task;
 
 use crate::connection::ResponseTask;
 use crate::core::Core;
+use crate::failure::Failure;
 use crate::handlers;
-use crate::router::{CoreMessage, Failure};
+use crate::router::CoreMessage;
 use crate::wire;
 
 /// Dispatches one request. Runs the ordered phase now and returns the completion task. The
@@ -82,7 +83,7 @@ pub async fn execute(core: &Rc<Core>, msg: CoreMessage) {
             timeout_ms,
             reply,
         } => {
-            let completion = handlers::produce::append_local(core, items, acks, timeout_ms).await;
+            let completion = core.partitions.append_all(items, acks, timeout_ms).await;
             task::spawn(async move {
                 let _ = reply.send(completion.await);
             })
@@ -91,7 +92,7 @@ pub async fn execute(core: &Rc<Core>, msg: CoreMessage) {
         CoreMessage::Fetch { items, copy, reply } => {
             let core = core.clone();
             task::spawn(async move {
-                let _ = reply.send(handlers::fetch::read_local(&core, &items, copy).await);
+                let _ = reply.send(core.partitions.read_all(&items, copy).await);
             })
             .detach();
         }
@@ -102,7 +103,7 @@ pub async fn execute(core: &Rc<Core>, msg: CoreMessage) {
         } => {
             let core = core.clone();
             task::spawn(async move {
-                handlers::fetch::wait_local(&core, &items, deadline).await;
+                core.partitions.wait_for_data(&items, deadline).await;
                 let _ = reply.send(());
             })
             .detach();
@@ -110,7 +111,7 @@ pub async fn execute(core: &Rc<Core>, msg: CoreMessage) {
         CoreMessage::ListOffsets { items, reply } => {
             let core = core.clone();
             task::spawn(async move {
-                let _ = reply.send(handlers::offsets::list_local(&core, &items).await);
+                let _ = reply.send(core.partitions.list_offsets(&items).await);
             })
             .detach();
         }
@@ -137,7 +138,7 @@ pub async fn execute(core: &Rc<Core>, msg: CoreMessage) {
             let _ = reply.send(());
         }
         CoreMessage::Metrics { reply } => {
-            let _ = reply.send(core.metrics.snapshot(core));
+            let _ = reply.send(core.snapshot());
         }
         CoreMessage::Shutdown { reply } => {
             let result = crate::server::shutdown_core(core).await;

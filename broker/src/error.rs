@@ -2,7 +2,12 @@
 
 use thiserror::Error;
 
-/// Errors that stop the broker or one of its operations.
+use crate::failure::Failure;
+use crate::metadata::MetadataError;
+
+/// Errors that stop the broker or one of its operations (start-up, metadata application,
+/// shutdown). Errors that answer one request are [`Failure`]s. Messages include their cause,
+/// so the wrapping variants do not expose it again as `source()` (`{:#}` would repeat it).
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum BrokerError {
@@ -13,21 +18,77 @@ pub enum BrokerError {
     #[error(transparent)]
     Runtime(#[from] borges_runtime::executor::RuntimeError),
     /// An IO error outside the storage engine (listeners, metadata files).
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done.
         context: String,
         /// The cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The storage engine failed.
     #[error(transparent)]
     Storage(#[from] borges_storage::StorageError),
-    /// The metadata store is unreadable.
+    /// The storage engine failed on one partition.
+    #[error("{action} {partition}: {cause}")]
+    Partition {
+        /// What was being done ("opening", "reconfiguring", "deleting", "closing").
+        action: &'static str,
+        /// The partition (`topic-index`) or its directory.
+        partition: String,
+        /// The cause.
+        cause: borges_storage::StorageError,
+    },
+    /// The metadata store is unreadable or refused a change.
     #[error("metadata: {0}")]
-    Metadata(String),
-    /// One or more cores failed to start or stopped with an error.
-    #[error("{0}")]
-    Cores(String),
+    Metadata(MetadataError),
+    /// An operation on this or another core answered with a failure.
+    #[error(transparent)]
+    Failed(#[from] Failure),
+    /// Replaying a `__consumer_offsets` partition failed.
+    #[error("replaying __consumer_offsets-{partition}: {cause}")]
+    OffsetsReplay {
+        /// The offsets partition.
+        partition: u32,
+        /// The cause.
+        cause: Failure,
+    },
+    /// Another core failed to start, so this one gave up.
+    #[error("start-up aborted: another core failed to start")]
+    StartupAborted,
+    /// One core stopped with an error.
+    #[error("core {core}: {cause}")]
+    Core {
+        /// The core.
+        core: usize,
+        /// Its error.
+        cause: Box<BrokerError>,
+    },
+    /// Several operations failed (one per core or per partition), in order.
+    #[error("{}", join(.0))]
+    Several(Vec<BrokerError>),
+}
+
+impl From<MetadataError> for BrokerError {
+    fn from(e: MetadataError) -> BrokerError {
+        BrokerError::Metadata(e)
+    }
+}
+
+impl BrokerError {
+    /// One error from many: `None` when there are none, the error itself when there is one.
+    pub fn from_many(mut errors: Vec<BrokerError>) -> Option<BrokerError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(BrokerError::Several(errors)),
+        }
+    }
+}
+
+fn join(errors: &[BrokerError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -14,14 +14,17 @@ mod controller;
 mod core;
 mod dispatch;
 mod error;
+mod failure;
 mod groups;
 mod handlers;
 mod logging;
 pub mod metadata;
 mod metrics;
+mod partition;
 mod router;
 mod server;
 mod topic_config;
+mod types;
 mod wire;
 
 pub use config::BrokerConfig;

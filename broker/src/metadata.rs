@@ -6,14 +6,16 @@
 //! directory) on every change. The changes are the records a Raft-replicated metadata log will
 //! carry once the controller quorum exists: the controller then appends them to its log instead
 //! of rewriting the file, and brokers replay them into the same image.
+//!
+//! This module names no other broker module (it depends on serde, libc and the runtime's atomic
+//! file replace only), so that it can move as-is into the cluster-metadata crate.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-
-use crate::error::BrokerError;
+use thiserror::Error;
 
 /// Name of the internal topic that stores committed offsets.
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -23,28 +25,88 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 const FORMAT_VERSION: u32 = 1;
 
 /// Why a topic name is illegal.
-pub fn check_topic_name(name: &str) -> Result<(), String> {
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TopicNameError {
+    /// The name is empty.
+    #[error("topic name is empty")]
+    Empty,
+    /// `.` or `..`.
+    #[error("topic name cannot be {0:?}")]
+    Dots(String),
+    /// Longer than [`TOPIC_NAME_BYTES_MAX`].
+    #[error("topic name is {0} characters long; the maximum is {TOPIC_NAME_BYTES_MAX}")]
+    TooLong(usize),
+    /// A character outside `[A-Za-z0-9._-]`.
+    #[error("topic name {name:?} contains {found:?}; only ASCII letters, digits, '.', '_' and '-' are allowed")]
+    BadCharacter {
+        /// The name.
+        name: String,
+        /// The first illegal character.
+        found: char,
+    },
+}
+
+/// Checks a topic name against Kafka's rules.
+pub fn check_topic_name(name: &str) -> Result<(), TopicNameError> {
     if name.is_empty() {
-        return Err("topic name is empty".into());
+        return Err(TopicNameError::Empty);
     }
     if name == "." || name == ".." {
-        return Err(format!("topic name cannot be {name:?}"));
+        return Err(TopicNameError::Dots(name.to_string()));
     }
     if name.len() > TOPIC_NAME_BYTES_MAX {
-        return Err(format!(
-            "topic name is {} characters long; the maximum is {TOPIC_NAME_BYTES_MAX}",
-            name.len()
-        ));
+        return Err(TopicNameError::TooLong(name.len()));
     }
     if let Some(c) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        return Err(format!(
-            "topic name {name:?} contains {c:?}; only ASCII letters, digits, '.', '_' and '-' are allowed"
-        ));
+        return Err(TopicNameError::BadCharacter {
+            name: name.to_string(),
+            found: c,
+        });
     }
     Ok(())
+}
+
+/// Errors of the metadata image and its store.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MetadataError {
+    /// A change names a topic that exists already.
+    #[error("topic {0:?} already exists")]
+    TopicExists(String),
+    /// A change names a topic that does not exist.
+    #[error("topic {0:?} does not exist")]
+    NoSuchTopic(String),
+    /// The store file cannot be parsed.
+    #[error("{} is unreadable ({cause}); refusing to start rather than lose topics", path.display())]
+    Unreadable {
+        /// The store file.
+        path: PathBuf,
+        /// The parse error.
+        cause: serde_json::Error,
+    },
+    /// The store file has a format this build does not read.
+    #[error("{} has format {found} but this build reads format {FORMAT_VERSION}", path.display())]
+    Format {
+        /// The store file.
+        path: PathBuf,
+        /// Its format version.
+        found: u32,
+    },
+    /// Encoding the image failed.
+    #[error("encoding metadata: {0}")]
+    Encode(serde_json::Error),
+    /// Reading or writing the store failed.
+    #[error("{context}: {cause}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        cause: std::io::Error,
+    },
 }
 
 /// A 128-bit id shown as Kafka shows topic ids (URL-safe base64 without padding).
@@ -216,33 +278,33 @@ impl MetadataImage {
     }
 
     /// Applies a change, returning the next image (revision + 1).
-    pub fn apply(&self, change: &MetadataChange) -> Result<MetadataImage, String> {
+    pub fn apply(&self, change: &MetadataChange) -> Result<MetadataImage, MetadataError> {
         let mut next = self.clone();
         next.revision += 1;
         match change {
             MetadataChange::CreateTopic(topic) => {
                 if next.topics.contains_key(&topic.name) {
-                    return Err(format!("topic {:?} already exists", topic.name));
+                    return Err(MetadataError::TopicExists(topic.name.clone()));
                 }
                 next.topics.insert(topic.name.clone(), topic.clone());
             }
             MetadataChange::DeleteTopic { name } => {
                 if next.topics.remove(name).is_none() {
-                    return Err(format!("topic {name:?} does not exist"));
+                    return Err(MetadataError::NoSuchTopic(name.clone()));
                 }
             }
             MetadataChange::SetTopicConfigs { name, configs } => {
                 let t = next
                     .topics
                     .get_mut(name)
-                    .ok_or_else(|| format!("topic {name:?} does not exist"))?;
+                    .ok_or_else(|| MetadataError::NoSuchTopic(name.clone()))?;
                 t.configs = configs.clone();
             }
             MetadataChange::AddPartitions { name, partitions } => {
                 let t = next
                     .topics
                     .get_mut(name)
-                    .ok_or_else(|| format!("topic {name:?} does not exist"))?;
+                    .ok_or_else(|| MetadataError::NoSuchTopic(name.clone()))?;
                 t.partitions.extend(partitions.iter().cloned());
             }
         }
@@ -290,30 +352,28 @@ impl MetadataStore {
 
     /// Loads the store, or creates an empty one for `cores` cores. Blocking file IO: call it
     /// from a blocking thread or at start-up.
-    pub fn load_or_create(data_dir: &Path, cores: u16) -> Result<MetadataStore, BrokerError> {
+    pub fn load_or_create(data_dir: &Path, cores: u16) -> Result<MetadataStore, MetadataError> {
         let path = Self::path_in(data_dir);
         let image = match std::fs::read(&path) {
             Ok(bytes) => {
-                let image: MetadataImage = serde_json::from_slice(&bytes).map_err(|e| {
-                    BrokerError::Metadata(format!(
-                        "{} is unreadable ({e}); refusing to start rather than lose topics",
-                        path.display()
-                    ))
-                })?;
+                let image: MetadataImage =
+                    serde_json::from_slice(&bytes).map_err(|source| MetadataError::Unreadable {
+                        path: path.clone(),
+                        cause: source,
+                    })?;
                 if image.format != FORMAT_VERSION {
-                    return Err(BrokerError::Metadata(format!(
-                        "{} has format {} but this build reads format {FORMAT_VERSION}",
-                        path.display(),
-                        image.format
-                    )));
+                    return Err(MetadataError::Format {
+                        path,
+                        found: image.format,
+                    });
                 }
                 image
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => MetadataImage::new(cores),
             Err(e) => {
-                return Err(BrokerError::Io {
+                return Err(MetadataError::Io {
                     context: format!("reading {}", path.display()),
-                    source: e,
+                    cause: e,
                 })
             }
         };
@@ -348,29 +408,23 @@ impl MetadataStore {
     }
 
     /// Validates and persists `change`; on success the store moves to the next image. Blocking.
-    pub fn commit(&mut self, change: &MetadataChange) -> Result<Arc<MetadataImage>, BrokerError> {
-        let next = self.image.apply(change).map_err(BrokerError::Metadata)?;
+    pub fn commit(&mut self, change: &MetadataChange) -> Result<Arc<MetadataImage>, MetadataError> {
+        let next = self.image.apply(change)?;
         self.persist(&next)?;
         self.image = Arc::new(next);
         Ok(self.image.clone())
     }
 
-    /// Validates `change` against the current image without persisting it.
-    pub fn check(&self, change: &MetadataChange) -> Result<(), String> {
-        self.image.apply(change).map(|_| ())
-    }
-
-    fn persist(&self, image: &MetadataImage) -> Result<(), BrokerError> {
+    fn persist(&self, image: &MetadataImage) -> Result<(), MetadataError> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| BrokerError::Io {
+        std::fs::create_dir_all(dir).map_err(|e| MetadataError::Io {
             context: format!("creating {}", dir.display()),
-            source: e,
+            cause: e,
         })?;
-        let bytes = serde_json::to_vec_pretty(image)
-            .map_err(|e| BrokerError::Metadata(format!("encoding metadata: {e}")))?;
-        borges_runtime::fs::write_atomic(&self.path, &bytes).map_err(|e| BrokerError::Io {
+        let bytes = serde_json::to_vec_pretty(image).map_err(MetadataError::Encode)?;
+        borges_runtime::fs::write_atomic(&self.path, &bytes).map_err(|e| MetadataError::Io {
             context: format!("writing {}", self.path.display()),
-            source: e,
+            cause: e,
         })
     }
 }

@@ -1,5 +1,8 @@
 //! Metrics: counters and latency histograms kept per core without synchronisation, gathered by
 //! message into snapshots and rendered in the Prometheus text format by the metrics endpoint.
+//!
+//! A leaf module: it names no other broker module; what it reports about partitions, groups
+//! and connections is handed to [`CoreMetrics::snapshot`] as plain values.
 
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
@@ -7,8 +10,6 @@ use std::time::Duration;
 
 use borges_protocol::ApiKey;
 use hdrhistogram::Histogram;
-
-use crate::core::Core;
 
 /// API keys tracked (keys at or above are counted as the last slot).
 const API_SLOTS: usize = 32;
@@ -66,6 +67,7 @@ pub struct MetricsSnapshot {
 }
 
 /// Figures of one partition.
+#[derive(Debug, Clone)]
 pub struct PartitionStats {
     /// Topic.
     pub topic: String,
@@ -146,8 +148,8 @@ impl CoreMetrics {
         self.fetch_bytes.set(self.fetch_bytes.get() + bytes);
     }
 
-    /// A snapshot of this core (including its partitions).
-    pub fn snapshot(&self, core: &Core) -> MetricsSnapshot {
+    /// A snapshot of this core, with the figures its services report.
+    pub fn snapshot(&self, report: CoreReport) -> MetricsSnapshot {
         let requests = (0..API_SLOTS)
             .filter(|&i| self.requests[i].get() + self.refused[i].get() > 0)
             .map(|i| (i as u16, self.requests[i].get(), self.refused[i].get()))
@@ -180,46 +182,40 @@ impl CoreMetrics {
             ("borges_cross_core_forwards_total", self.forwarded.get()),
         ];
         let gauges = vec![
-            ("borges_connections", u64::from(core.connections.get())),
-            (
-                "borges_storage_unflushed_bytes",
-                core.storage.unflushed_bytes(),
-            ),
-            (
-                "borges_storage_tail_cache_bytes",
-                core.storage.tail_cache_bytes(),
-            ),
+            ("borges_connections", u64::from(report.connections)),
+            ("borges_storage_unflushed_bytes", report.unflushed_bytes),
+            ("borges_storage_tail_cache_bytes", report.tail_cache_bytes),
             (
                 "borges_request_memory_available_bytes",
-                core.request_memory.available(),
+                report.request_memory_available_bytes,
             ),
         ];
-        let partitions = core
-            .all_logs()
-            .into_iter()
-            .map(|(p, log)| {
-                let o = log.offsets();
-                PartitionStats {
-                    topic: p.topic.to_string(),
-                    partition: p.partition,
-                    log_start_offset: o.log_start_offset,
-                    high_watermark: o.high_watermark,
-                    log_end_offset: o.log_end_offset,
-                    size_bytes: log.size_bytes(),
-                    segments: log.segment_count(),
-                }
-            })
-            .collect();
         MetricsSnapshot {
             core: self.core,
             requests,
             latency_us,
             counters,
             gauges,
-            partitions,
-            group_offsets: core.groups.committed(),
+            partitions: report.partitions,
+            group_offsets: report.group_offsets,
         }
     }
+}
+
+/// What a core's services report for a snapshot.
+pub struct CoreReport {
+    /// Open connections.
+    pub connections: u32,
+    /// Bytes appended and not yet flushed.
+    pub unflushed_bytes: u64,
+    /// Bytes in the tail cache.
+    pub tail_cache_bytes: u64,
+    /// Request memory not in use.
+    pub request_memory_available_bytes: u64,
+    /// The partitions the core owns.
+    pub partitions: Vec<PartitionStats>,
+    /// Committed offsets of the groups the core coordinates: (group, topic, partition, offset).
+    pub group_offsets: Vec<(String, String, i32, i64)>,
 }
 
 fn api_name(key: u16) -> &'static str {

@@ -9,7 +9,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,170 +16,31 @@ use std::time::Instant;
 use borges_protocol::ErrorCode;
 use borges_runtime::channel::CoreSenders;
 use borges_runtime::sync::Notify;
-use bytes::{Bytes, BytesMut};
 use futures_channel::oneshot;
 
 use crate::controller::ControllerRequest;
+use crate::error::BrokerError;
+use crate::failure::Failure;
 use crate::metadata::MetadataImage;
 use crate::metrics::MetricsSnapshot;
+use crate::partition::{AppendItem, FetchItem, FetchOutcome, ListOffsetsItem, ProduceAck};
+use crate::types::{Acks, CoreEndpoint, PartitionRef};
 
 /// Messages per cross-core batch.
 pub const MESSAGES_PER_BATCH_MAX: usize = 256;
-
-/// Part of a response payload; can cross cores.
-pub enum SendChunk {
-    /// Bytes in memory (the recent tail, or the copy path).
-    Memory(Bytes),
-    /// A range of a segment file, sent with sendfile.
-    File {
-        /// A descriptor of the segment (page cache, not O_DIRECT).
-        fd: Arc<OwnedFd>,
-        /// Start of the range.
-        position: u64,
-        /// Length of the range.
-        length: u64,
-    },
-}
-
-impl SendChunk {
-    /// Length in bytes.
-    pub fn len(&self) -> u64 {
-        match self {
-            SendChunk::Memory(b) => b.len() as u64,
-            SendChunk::File { length, .. } => *length,
-        }
-    }
-}
-
-/// An error code with an optional message, as responses carry them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// The code.
-    pub code: ErrorCode,
-    /// Details for humans.
-    pub message: Option<String>,
-}
-
-impl Failure {
-    /// A failure with a message.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
-        Failure {
-            code,
-            message: Some(message.into()),
-        }
-    }
-}
-
-/// A topic partition addressed by name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PartitionRef {
-    /// Topic name.
-    pub topic: Arc<str>,
-    /// Partition index.
-    pub partition: u32,
-}
-
-/// Batches for one partition, already validated (CRC, size) by the receiving core.
-pub struct ProduceItem {
-    /// Target partition.
-    pub partition: PartitionRef,
-    /// The batches, in order.
-    pub batches: Vec<BytesMut>,
-    /// Total bytes.
-    pub size_bytes: u64,
-}
-
-/// What happened to one partition's batches.
-#[derive(Debug, Clone)]
-pub struct ProduceOutcome {
-    /// Offset of the first record, or the failure.
-    pub result: Result<ProduceAck, Failure>,
-}
-
-/// A successful append.
-#[derive(Debug, Clone, Copy)]
-pub struct ProduceAck {
-    /// Offset of the first record.
-    pub base_offset: i64,
-    /// Log start offset after the append.
-    pub log_start_offset: i64,
-}
-
-/// One partition of a fetch.
-#[derive(Debug, Clone)]
-pub struct FetchItem {
-    /// The partition.
-    pub partition: PartitionRef,
-    /// First offset wanted.
-    pub fetch_offset: i64,
-    /// Bytes wanted at most (at least one batch is returned).
-    pub max_bytes: u64,
-}
-
-/// What a fetch found in one partition.
-pub struct FetchOutcome {
-    /// Failure, if any.
-    pub failure: Option<Failure>,
-    /// High watermark.
-    pub high_watermark: i64,
-    /// Log start offset.
-    pub log_start_offset: i64,
-    /// The data, batch-aligned.
-    pub chunks: Vec<SendChunk>,
-    /// Total bytes of `chunks`.
-    pub size_bytes: u64,
-}
-
-impl FetchOutcome {
-    /// An outcome that only carries a failure.
-    pub fn failed(failure: Failure) -> FetchOutcome {
-        FetchOutcome {
-            failure: Some(failure),
-            high_watermark: -1,
-            log_start_offset: -1,
-            chunks: Vec::new(),
-            size_bytes: 0,
-        }
-    }
-}
-
-/// One partition of a ListOffsets.
-#[derive(Debug, Clone)]
-pub struct ListOffsetsItem {
-    /// The partition.
-    pub partition: PartitionRef,
-    /// -2 earliest, -1 latest, -3 max timestamp, >= 0 by timestamp.
-    pub timestamp: i64,
-}
-
-/// The answer for one partition of a ListOffsets.
-#[derive(Debug, Clone)]
-pub struct ListOffsetsOutcome {
-    /// (offset, timestamp), or the failure.
-    pub result: Result<(i64, i64), Failure>,
-}
-
-/// Bound addresses of a core.
-#[derive(Debug, Clone)]
-pub struct CoreEndpoint {
-    /// Core index.
-    pub core: u16,
-    /// Its own listener.
-    pub addr: SocketAddr,
-}
 
 /// A message from one core to another.
 pub enum CoreMessage {
     /// Append to partitions owned by the receiving core.
     Produce {
         /// Partitions and their batches.
-        items: Vec<ProduceItem>,
-        /// 0, 1 or -1.
-        acks: i16,
+        items: Vec<AppendItem>,
+        /// What the producer waits for.
+        acks: Acks,
         /// Time allowed for acknowledgements.
         timeout_ms: u32,
-        /// One outcome per item, in order (not sent for acks = 0).
-        reply: oneshot::Sender<Vec<ProduceOutcome>>,
+        /// One outcome per item, in order.
+        reply: oneshot::Sender<Vec<Result<ProduceAck, Failure>>>,
     },
     /// Read from partitions owned by the receiving core.
     Fetch {
@@ -205,7 +65,7 @@ pub enum CoreMessage {
         /// Partitions and timestamps.
         items: Vec<ListOffsetsItem>,
         /// One outcome per item, in order.
-        reply: oneshot::Sender<Vec<ListOffsetsOutcome>>,
+        reply: oneshot::Sender<Vec<Result<(i64, i64), Failure>>>,
     },
     /// A consumer-group request for the group's coordinator core.
     Group {
@@ -221,12 +81,12 @@ pub enum CoreMessage {
         /// The image.
         image: Arc<MetadataImage>,
         /// Ok once every partition of this core is ready.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), BrokerError>>,
     },
     /// Bind this core's listeners; reply with the per-core address.
     Bind {
         /// The bound per-core address.
-        reply: oneshot::Sender<Result<SocketAddr, String>>,
+        reply: oneshot::Sender<Result<SocketAddr, BrokerError>>,
     },
     /// Every core's address is known: start accepting connections.
     Serve {
@@ -243,7 +103,7 @@ pub enum CoreMessage {
     /// Stop accepting, finish in-flight requests, close partition logs cleanly.
     Shutdown {
         /// Resolved once this core is done.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), BrokerError>>,
     },
 }
 

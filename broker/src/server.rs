@@ -21,7 +21,8 @@ use borges_storage::{CoreStorage, StorageConfig};
 use crate::config::BrokerConfig;
 use crate::core::{self, Core};
 use crate::error::BrokerError;
-use crate::router::{CoreEndpoint, CoreMessage};
+use crate::router::CoreMessage;
+use crate::types::CoreEndpoint;
 
 /// How long shutdown waits for in-flight requests before closing connections.
 const SHUTDOWN_GRACE_MS: u64 = 10_000;
@@ -44,11 +45,11 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     // EBADF deep inside the storage engine; resolve the data directory once here.
     config.data_dir = std::path::absolute(&config.data_dir).map_err(|e| BrokerError::Io {
         context: format!("resolving data directory {}", config.data_dir.display()),
-        source: e,
+        cause: e,
     })?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| BrokerError::Io {
         context: format!("creating data directory {}", config.data_dir.display()),
-        source: e,
+        cause: e,
     })?;
     let _lock = lock_data_dir(&config)?;
     let (files_before, files_after) = executor::raise_open_files_limit();
@@ -61,12 +62,12 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         signal_hook::flag::register_conditional_shutdown(signal, 1, shutdown.clone()).map_err(
             |e| BrokerError::Io {
                 context: "installing signal handlers".into(),
-                source: e,
+                cause: e,
             },
         )?;
         signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| BrokerError::Io {
             context: "installing signal handlers".into(),
-            source: e,
+            cause: e,
         })?;
     }
     let shared = Arc::new(Shared {
@@ -112,17 +113,22 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     let watched = shared.clone();
     let results = started.join_watching(|| watched.fatal.store(true, Ordering::SeqCst));
     for (core, result) in results.into_iter().enumerate() {
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(format!("core {core}: {e}")),
-            Err(e) => errors.push(format!("core {core}: {e}")),
-        }
+        let error = match result {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(e) => BrokerError::Runtime(e),
+        };
+        errors.push(BrokerError::Core {
+            core,
+            cause: Box::new(error),
+        });
     }
-    if errors.is_empty() {
-        tracing::info!("stopped cleanly");
-        Ok(())
-    } else {
-        Err(BrokerError::Cores(errors.join("; ")))
+    match BrokerError::from_many(errors) {
+        None => {
+            tracing::info!("stopped cleanly");
+            Ok(())
+        }
+        Some(e) => Err(e),
     }
 }
 
@@ -194,7 +200,7 @@ fn lock_data_dir(config: &BrokerConfig) -> Result<File, BrokerError> {
     let path = config.data_dir.join(".lock");
     let file = File::create(&path).map_err(|e| BrokerError::Io {
         context: format!("creating {}", path.display()),
-        source: e,
+        cause: e,
     })?;
     // SAFETY: flock on a descriptor we own.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -224,15 +230,15 @@ async fn core_main(
     id: usize,
     end: Option<MeshEndpoints<Vec<CoreMessage>>>,
     shared: Arc<Shared>,
-) -> Result<(), String> {
+) -> Result<(), BrokerError> {
     let Some(end) = end else {
-        return Err("no mesh endpoints".into());
+        return Err(BrokerError::StartupAborted);
     };
     let connected = end
         .connect_or_abort(|| shared.fatal.load(Ordering::SeqCst))
         .await;
     let Some((senders, receivers)) = connected else {
-        return Err("start-up aborted: another core failed to start".into());
+        return Err(BrokerError::StartupAborted);
     };
     tracing::debug!(core = id, "cross-core channels connected");
     let senders = Rc::new(senders);
@@ -241,7 +247,7 @@ async fn core_main(
         Ok(s) => s,
         Err(e) => {
             shared.fatal.store(true, Ordering::SeqCst);
-            return Err(format!("storage: {e}"));
+            return Err(e.into());
         }
     };
     tracing::debug!(core = id, "storage ready");
@@ -271,7 +277,7 @@ async fn core_main(
 }
 
 /// Core 0: start-up, serving until a signal, shutdown.
-async fn orchestrate(core: &Rc<Core>, shared: &Shared) -> Result<(), String> {
+async fn orchestrate(core: &Rc<Core>, shared: &Shared) -> Result<(), BrokerError> {
     let startup = start_all(core).await;
     if let Err(e) = &startup {
         tracing::error!("start-up failed: {e}");
@@ -285,16 +291,14 @@ async fn orchestrate(core: &Rc<Core>, shared: &Shared) -> Result<(), String> {
     startup.and(stopped)
 }
 
-async fn start_all(core: &Rc<Core>) -> Result<(), String> {
+async fn start_all(core: &Rc<Core>) -> Result<(), BrokerError> {
     crate::controller::load(core).await?;
     let mut endpoints = Vec::with_capacity(core.cores);
     for to in 0..core.cores {
         let addr = if to == core.id {
             bind(core)?
         } else {
-            core.ask(to, |reply| CoreMessage::Bind { reply })
-                .await
-                .map_err(|f| f.message.unwrap_or_default())??
+            core.ask(to, |reply| CoreMessage::Bind { reply }).await??
         };
         endpoints.push(CoreEndpoint {
             core: to as u16,
@@ -308,8 +312,7 @@ async fn start_all(core: &Rc<Core>) -> Result<(), String> {
         } else {
             let endpoints = endpoints.clone();
             core.ask(to, |reply| CoreMessage::Serve { endpoints, reply })
-                .await
-                .map_err(|f| f.message.unwrap_or_default())?;
+                .await?;
         }
     }
     let metrics_addr = start_metrics(core)?;
@@ -335,20 +338,27 @@ async fn wait_until_stopped(core: &Rc<Core>, shared: &Shared) {
 
 /// Binds this core's listeners (the shared main address and its own port); returns its own
 /// address.
-pub fn bind(core: &Rc<Core>) -> Result<SocketAddr, String> {
+pub fn bind(core: &Rc<Core>) -> Result<SocketAddr, BrokerError> {
     let listen: SocketAddr = core
         .config
         .listen
         .parse()
-        .map_err(|e| format!("listen {:?}: {e}", core.config.listen))?;
-    let main = TcpListener::bind(listen).map_err(|e| format!("binding {listen}: {e}"))?;
-    let port = core_port(listen, core.config.core_port_base, core.id)
-        .ok_or("per-core port overflows 65535")?;
-    let own_addr = SocketAddr::new(listen.ip(), port);
-    let own = TcpListener::bind_exclusive(own_addr).map_err(|e| {
-        format!("binding core port {own_addr} (core {} of the per-core ports; set core_port_base to move them): {e}", core.id)
+        .map_err(|e| BrokerError::Config(format!("listen {:?}: {e}", core.config.listen)))?;
+    let main = TcpListener::bind(listen).map_err(|source| BrokerError::Io {
+        context: format!("binding {listen}"),
+        cause: source,
     })?;
-    let bound = own.local_addr().map_err(|e| e.to_string())?;
+    let port = core_port(listen, core.config.core_port_base, core.id)
+        .ok_or_else(|| BrokerError::Config("per-core port overflows 65535".into()))?;
+    let own_addr = SocketAddr::new(listen.ip(), port);
+    let own = TcpListener::bind_exclusive(own_addr).map_err(|source| BrokerError::Io {
+        context: format!("binding core port {own_addr} (core {} of the per-core ports; set core_port_base to move them)", core.id),
+        cause: source,
+    })?;
+    let bound = own.local_addr().map_err(|source| BrokerError::Io {
+        context: format!("reading the address of {own_addr}"),
+        cause: source,
+    })?;
     *core.listeners.borrow_mut() = vec![main, own];
     Ok(bound)
 }
@@ -398,16 +408,16 @@ async fn tick_logs(core: Rc<Core>) {
             return;
         }
         let now = time::now_ms();
-        for (p, log) in core.all_logs() {
-            if let Err(e) = log.tick(now).await {
-                tracing::error!(topic = %p.topic, partition = p.partition, "log maintenance failed: {e}");
+        for p in core.partitions.all() {
+            if let Err(e) = p.tick(now).await {
+                tracing::error!(topic = %p.id().topic, partition = p.id().partition, "log maintenance failed: {e}");
             }
             task::yield_now().await;
         }
     }
 }
 
-async fn shutdown_all(core: &Rc<Core>) -> Result<(), String> {
+async fn shutdown_all(core: &Rc<Core>) -> Result<(), BrokerError> {
     core.on_every_core(shutdown_core(core), |reply| CoreMessage::Shutdown { reply })
         .await
 }
@@ -415,7 +425,7 @@ async fn shutdown_all(core: &Rc<Core>) -> Result<(), String> {
 /// Stops this core: no new connections or requests, in-flight requests finish (up to a grace
 /// period), then every partition log is flushed, synced and closed with its clean-shutdown
 /// marker.
-pub async fn shutdown_core(core: &Rc<Core>) -> Result<(), String> {
+pub async fn shutdown_core(core: &Rc<Core>) -> Result<(), BrokerError> {
     core.shutting_down.set(true);
     core.shutdown.notify_all();
     let grace = Duration::from_millis(SHUTDOWN_GRACE_MS);
@@ -437,24 +447,24 @@ pub async fn shutdown_core(core: &Rc<Core>) -> Result<(), String> {
         );
     }
     let mut errors = Vec::new();
-    for (p, log) in core.all_logs() {
-        if let Err(e) = log.close().await {
-            errors.push(format!("{}-{}: {e}", p.topic, p.partition));
+    for p in core.partitions.all() {
+        if let Err(source) = p.close().await {
+            errors.push(BrokerError::Partition {
+                action: "closing",
+                partition: p.id().to_string(),
+                cause: source,
+            });
         }
     }
     core.stopped.notify_all();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
+    BrokerError::from_many(errors).map_or(Ok(()), Err)
 }
 
 async fn write_ready_file(
     core: &Rc<Core>,
     endpoints: &[CoreEndpoint],
     metrics: Option<SocketAddr>,
-) -> Result<(), String> {
+) -> Result<(), BrokerError> {
     let Some(path) = core.config.ready_file.clone() else {
         return Ok(());
     };
@@ -468,11 +478,14 @@ async fn write_ready_file(
         borges_runtime::fs::write_atomic(&path, body.to_string().as_bytes())
     })
     .await
-    .map_err(|e| format!("writing the ready file: {e}"))
+    .map_err(|source| BrokerError::Io {
+        context: "writing the ready file".into(),
+        cause: source,
+    })
 }
 
 /// Serves the Prometheus endpoint on core 0.
-fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, String> {
+fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, BrokerError> {
     if core.config.metrics_listen.is_empty() {
         return Ok(None);
     }
@@ -480,10 +493,15 @@ fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, String> {
         .config
         .metrics_listen
         .parse()
-        .map_err(|e| format!("metrics_listen: {e}"))?;
-    let listener = TcpListener::bind_exclusive(addr)
-        .map_err(|e| format!("binding metrics_listen {addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| BrokerError::Config(format!("metrics_listen: {e}")))?;
+    let listener = TcpListener::bind_exclusive(addr).map_err(|source| BrokerError::Io {
+        context: format!("binding metrics_listen {addr}"),
+        cause: source,
+    })?;
+    let bound = listener.local_addr().map_err(|source| BrokerError::Io {
+        context: format!("reading the address of {addr}"),
+        cause: source,
+    })?;
     let core = core.clone();
     task::spawn(async move {
         loop {
@@ -541,7 +559,7 @@ async fn gather_metrics(core: &Rc<Core>) -> String {
     let mut snapshots = Vec::with_capacity(core.cores);
     for to in 0..core.cores {
         if to == core.id {
-            snapshots.push(core.metrics.snapshot(core));
+            snapshots.push(core.snapshot());
         } else if let Ok(s) = core.ask(to, |reply| CoreMessage::Metrics { reply }).await {
             snapshots.push(s);
         }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use borges_storage::{Durability, LogConfig};
+use thiserror::Error;
 
 use crate::config::{BrokerConfig, DurabilityPolicy};
 
@@ -46,42 +47,97 @@ const DEFS: &[Def] = &[
     Def { name: "message.timestamp.type", kind: Kind::TimestampType, doc: "CreateTime: record timestamps are the producer's." },
 ];
 
+/// Why a topic config is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum TopicConfigError {
+    /// Not a config Borges knows.
+    #[error("unknown topic config {name:?}; known: {}", names().join(", "))]
+    Unknown {
+        /// The name.
+        name: String,
+    },
+    /// Not an integer.
+    #[error("{name} = {value:?} is not an integer")]
+    NotInteger {
+        /// The name.
+        name: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// Below the config's minimum.
+    #[error("{name} = {value} is below the minimum {min}")]
+    BelowMinimum {
+        /// The name.
+        name: &'static str,
+        /// The value.
+        value: i64,
+        /// The minimum.
+        min: i64,
+    },
+    /// Not a durability policy.
+    #[error("durability = {0:?}: expected fsync, interval or none")]
+    Durability(String),
+    /// Compaction asked for.
+    #[error(
+        "cleanup.policy = {0}: log compaction is not implemented yet; only delete is accepted"
+    )]
+    CompactionUnsupported(String),
+    /// Not a cleanup policy.
+    #[error("cleanup.policy = {0:?}: expected delete")]
+    CleanupPolicy(String),
+    /// Not CreateTime.
+    #[error("message.timestamp.type = {0:?}: only CreateTime is supported")]
+    TimestampType(String),
+    /// `max.message.bytes` does not fit a frame.
+    #[error("max.message.bytes = {value} must be below the broker's frame_size_bytes_max {frame_size_bytes_max}")]
+    AboveFrameSize {
+        /// The value.
+        value: i64,
+        /// The broker's frame limit.
+        frame_size_bytes_max: u32,
+    },
+    /// `max.message.bytes` does not fit the write buffer.
+    #[error("max.message.bytes = {0} exceeds the broker's storage.write_buffer_bytes_max")]
+    AboveWriteBuffer(i64),
+}
+
 /// Checks one name/value pair.
-pub fn validate_one(name: &str, value: &str) -> Result<(), String> {
-    let def = DEFS.iter().find(|d| d.name == name).ok_or_else(|| {
-        format!(
-            "unknown topic config {name:?}; known: {}",
-            names().join(", ")
-        )
-    })?;
+pub fn validate_one(name: &str, value: &str) -> Result<(), TopicConfigError> {
+    let def = DEFS
+        .iter()
+        .find(|d| d.name == name)
+        .ok_or_else(|| TopicConfigError::Unknown {
+            name: name.to_string(),
+        })?;
     match def.kind {
         Kind::Long { min } => {
-            let v: i64 = value
-                .parse()
-                .map_err(|_| format!("{name} = {value:?} is not an integer"))?;
+            let v: i64 = value.parse().map_err(|_| TopicConfigError::NotInteger {
+                name: def.name,
+                value: value.to_string(),
+            })?;
             if v < min {
-                return Err(format!("{name} = {v} is below the minimum {min}"));
+                return Err(TopicConfigError::BelowMinimum {
+                    name: def.name,
+                    value: v,
+                    min,
+                });
             }
         }
         Kind::Durability => {
-            DurabilityPolicy::parse(value).ok_or_else(|| {
-                format!("durability = {value:?}: expected fsync, interval or none")
-            })?;
+            DurabilityPolicy::parse(value)
+                .ok_or_else(|| TopicConfigError::Durability(value.to_string()))?;
         }
         Kind::CleanupPolicy => match value {
             "delete" => {}
             "compact" | "compact,delete" | "delete,compact" => {
-                return Err(format!(
-                    "cleanup.policy = {value}: log compaction is not implemented yet; only delete is accepted"
-                ))
+                return Err(TopicConfigError::CompactionUnsupported(value.to_string()))
             }
-            _ => return Err(format!("cleanup.policy = {value:?}: expected delete")),
+            _ => return Err(TopicConfigError::CleanupPolicy(value.to_string())),
         },
         Kind::TimestampType => {
             if value != "CreateTime" {
-                return Err(format!(
-                    "message.timestamp.type = {value:?}: only CreateTime is supported"
-                ));
+                return Err(TopicConfigError::TimestampType(value.to_string()));
             }
         }
     }
@@ -89,22 +145,23 @@ pub fn validate_one(name: &str, value: &str) -> Result<(), String> {
 }
 
 /// Checks a whole set of overrides, including relations to broker limits.
-pub fn validate(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> Result<(), String> {
+pub fn validate(
+    configs: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> Result<(), TopicConfigError> {
     for (k, v) in configs {
         validate_one(k, v)?;
     }
     if let Some(v) = configs.get("max.message.bytes") {
         let v: i64 = v.parse().unwrap_or(0);
         if v >= i64::from(broker.limits.frame_size_bytes_max) {
-            return Err(format!(
-                "max.message.bytes = {v} must be below the broker's frame_size_bytes_max {}",
-                broker.limits.frame_size_bytes_max
-            ));
+            return Err(TopicConfigError::AboveFrameSize {
+                value: v,
+                frame_size_bytes_max: broker.limits.frame_size_bytes_max,
+            });
         }
         if v as u64 > broker.storage.write_buffer_bytes_max {
-            return Err(format!(
-                "max.message.bytes = {v} exceeds the broker's storage.write_buffer_bytes_max"
-            ));
+            return Err(TopicConfigError::AboveWriteBuffer(v));
         }
     }
     Ok(())
@@ -219,17 +276,21 @@ mod tests {
         assert!(validate_one("retention.ms", "-1").is_ok());
         assert!(validate_one("retention.ms", "-2")
             .unwrap_err()
+            .to_string()
             .contains("minimum"));
         assert!(validate_one("retention.ms", "soon")
             .unwrap_err()
+            .to_string()
             .contains("not an integer"));
         assert!(validate_one("bogus", "1")
             .unwrap_err()
+            .to_string()
             .contains("unknown topic config"));
         assert!(validate_one("durability", "fsync").is_ok());
         assert!(validate_one("durability", "sometimes").is_err());
         assert!(validate_one("cleanup.policy", "compact")
             .unwrap_err()
+            .to_string()
             .contains("not implemented"));
     }
 

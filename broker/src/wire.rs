@@ -6,7 +6,8 @@ use borges_protocol::ErrorCode;
 use bytes::{Bytes, BytesMut};
 use flatbuffers::{FlatBufferBuilder, Follow, Verifiable, WIPOffset};
 
-use crate::router::{Failure, SendChunk};
+use crate::failure::Failure;
+use crate::types::SendChunk;
 
 /// A response ready to write: the frame header and message, then payload chunks.
 pub struct Response {

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         // The broker runs its own thread-per-core executors: no tokio runtime here.
-        Command::Broker(args) => borges_broker::cli::run(args),
+        Command::Broker(args) => borges_broker::cli::run(args).map_err(anyhow::Error::from),
         command => run_client_command(&cli.bootstrap, command),
     };
     match result {

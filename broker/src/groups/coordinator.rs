@@ -11,15 +11,17 @@ use borges_protocol::batch::{BatchBuilder, BatchOptions, RecordBatch};
 use borges_protocol::partitioner::partition_for_key;
 use borges_protocol::ErrorCode;
 use borges_runtime::{task, time};
-use borges_storage::{AckLevel, ReadBound};
 use bytes::BytesMut;
 
 use super::assignor::Assignment;
 use super::records::{OffsetKey, OffsetValue};
 use super::state::{Committed, Group, GroupLimits, Heartbeat, HeartbeatReply};
 use crate::core::Core;
+use crate::error::BrokerError;
+use crate::failure::Failure;
 use crate::metadata::{MetadataImage, CONSUMER_OFFSETS_TOPIC};
-use crate::router::{Failure, PartitionRef};
+use crate::partition;
+use crate::types::{Acks, PartitionRef};
 
 /// Longest group id accepted.
 pub const GROUP_ID_BYTES_MAX: usize = 255;
@@ -220,8 +222,8 @@ fn coordinator(core: &Core) -> &Coordinator {
 
 /// Replays the offsets partitions this core owns and has not loaded yet; starts the session
 /// sweeper once. Called after every metadata change on this core.
-pub async fn load(core: &Rc<Core>) -> Result<(), String> {
-    let image = core.metadata.borrow().clone();
+pub async fn load(core: &Rc<Core>) -> Result<(), BrokerError> {
+    let image = core.image();
     let Some(topic) = image.topics.get(CONSUMER_OFFSETS_TOPIC) else {
         return Ok(());
     };
@@ -231,7 +233,13 @@ pub async fn load(core: &Rc<Core>) -> Result<(), String> {
         {
             continue;
         }
-        let records = replay(core, p as u32).await?;
+        let records =
+            replay(core, p as u32)
+                .await
+                .map_err(|source| BrokerError::OffsetsReplay {
+                    partition: p as u32,
+                    cause: source,
+                })?;
         coordinator(core).loaded.borrow_mut().insert(p as u32);
         tracing::info!(
             core = core.id,
@@ -246,32 +254,25 @@ pub async fn load(core: &Rc<Core>) -> Result<(), String> {
     Ok(())
 }
 
-async fn replay(core: &Rc<Core>, partition: u32) -> Result<usize, String> {
-    let pref = offsets_ref(partition);
-    let log = core.log(&pref).map_err(|f| f.message.unwrap_or_default())?;
-    let mut offset = log.offsets().log_start_offset;
+async fn replay(core: &Rc<Core>, partition: u32) -> Result<usize, Failure> {
+    let offsets = core.partitions.get(&offsets_ref(partition))?;
+    let mut offset = offsets.offsets().log_start_offset;
     let mut applied = 0;
     loop {
-        let hw = log.offsets().high_watermark;
+        let hw = offsets.offsets().high_watermark;
         if offset >= hw {
             return Ok(applied);
         }
-        let (bytes, _) = log
-            .read_bytes(offset, REPLAY_READ_BYTES, ReadBound::HighWatermark)
-            .await
-            .map_err(|e| format!("replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: {e}"))?;
-        let batches = RecordBatch::parse_many(&bytes)
-            .map_err(|e| format!("replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: {e}"))?;
+        let (bytes, _) = offsets.read_bytes(offset, REPLAY_READ_BYTES).await?;
+        let batches = RecordBatch::parse_many(&bytes)?;
         if batches.is_empty() {
-            return Err(format!(
-                "replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: no batch at offset {offset}"
+            return Err(Failure::new(
+                ErrorCode::CorruptRecordBatch,
+                format!("no batch at offset {offset}"),
             ));
         }
         for batch in batches {
-            for record in batch
-                .records(64 << 20)
-                .map_err(|e| format!("replaying {CONSUMER_OFFSETS_TOPIC}-{partition}: {e}"))?
-            {
+            for record in batch.records(64 << 20)? {
                 offset = record.offset + 1;
                 let Some(key) = record.key.as_deref().and_then(OffsetKey::decode) else {
                     continue;
@@ -342,7 +343,7 @@ async fn sweep(core: Rc<Core>) {
 }
 
 fn check_loaded(core: &Core, group: &str) -> Result<u32, Failure> {
-    let image = core.metadata.borrow().clone();
+    let image = core.image();
     let (owner, p) = coordinator_core(&image, group)?;
     if owner != core.id {
         return Err(Failure::new(
@@ -392,7 +393,7 @@ fn heartbeat_one(
 ) -> Result<HeartbeatReply, Failure> {
     check_group_id(group)?;
     check_loaded(core, group)?;
-    let image = core.metadata.borrow().clone();
+    let image = core.image();
     let partitions_of = |t: &str| image.topics.get(t).map(|t| t.partitions.len());
     let mut groups = coordinator(core).groups.borrow_mut();
     if heartbeat.member_epoch != 0 && !groups.contains_key(group) {
@@ -486,20 +487,20 @@ async fn commit(
     Ok(results)
 }
 
-/// Appends a batch to an offsets partition and waits until it is durable.
+/// Appends a batch to an offsets partition (the partitions' one append path, `acks=all`) and
+/// waits until it is durable.
 async fn append(core: &Rc<Core>, partition: u32, builder: BatchBuilder) -> Result<(), Failure> {
     let bytes = builder
         .build()
         .map_err(|e| Failure::new(ErrorCode::UnknownServerError, e.to_string()))?;
-    let log = core.log(&offsets_ref(partition))?;
-    let storage = |e: borges_storage::StorageError| Failure::new(e.error_code(), e.to_string());
-    log.wait_writable(bytes.len() as u64).await;
-    let info = log
-        .append(vec![BytesMut::from(&bytes[..])], 0)
-        .map_err(storage)?;
-    log.wait_acked(info.last_offset, AckLevel::All)
+    let offsets = core.partitions.get(&offsets_ref(partition))?;
+    let batches = partition::validate(BytesMut::from(&bytes[..]), usize::MAX)?;
+    offsets
+        .append(batches, Acks::All)
+        .await?
+        .acknowledged(None)
         .await
-        .map_err(storage)
+        .map(|_| ())
 }
 
 fn fetch(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use borges_protocol::ErrorCode;
 
 use super::assignor::{self, Assignment, MemberSubscription};
-use crate::router::Failure;
+use crate::failure::Failure;
 
 /// A committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]

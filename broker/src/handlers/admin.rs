@@ -9,7 +9,7 @@ use flatbuffers::FlatBufferBuilder;
 
 use crate::controller::{self, ConfigOp, ControllerRequest, NewTopic, TopicCreated};
 use crate::core::Core;
-use crate::router::Failure;
+use crate::failure::Failure;
 use crate::topic_config::{self, ConfigSource};
 use crate::wire as w;
 
@@ -365,7 +365,7 @@ pub async fn describe_configs(core: Rc<Core>, frame: Frame) -> Option<w::Respons
         Ok(r) => r,
         Err(f) => return Some(request_failed(&header, ApiKey::DescribeConfigs, &f)),
     };
-    let image = core.metadata.borrow().clone();
+    let image = core.image();
     let include_docs = req.include_documentation();
     let mut fbb = FlatBufferBuilder::with_capacity(1024);
     let mut results = Vec::new();

@@ -3,24 +3,22 @@
 //! the batches in the payload region.
 
 use std::future::Future;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ErrorCode};
 use borges_runtime::{task, time};
-use borges_storage::{ReadBound, ReadChunk, StorageError};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::config::FetchSendMode;
 use crate::core::Core;
-use crate::router::{
-    await_reply, CoreMessage, Failure, FetchItem, FetchOutcome, PartitionRef, SendChunk,
-};
+use crate::failure::Failure;
+use crate::partition::{first_of, FetchItem, FetchOutcome};
+use crate::router::{await_reply, CoreMessage};
+use crate::types::PartitionRef;
 use crate::wire as w;
 
 /// One requested partition, in request order.
@@ -57,25 +55,28 @@ fn parse(core: &Core, frame: &Frame) -> Result<Parsed, Failure> {
     for topic in req.topics().iter().flatten() {
         let name: Arc<str> = Arc::from(topic.name());
         for p in topic.partitions().iter().flatten() {
-            let target = core.locate(&name, p.partition()).and_then(|(owner, _)| {
-                if p.fetch_offset() < 0 {
-                    return Err(Failure::new(
-                        ErrorCode::OffsetOutOfRange,
-                        format!("fetch offset {} is negative", p.fetch_offset()),
-                    ));
-                }
-                Ok((
-                    owner,
-                    FetchItem {
-                        partition: PartitionRef {
-                            topic: name.clone(),
-                            partition: p.partition() as u32,
+            let target = core
+                .partitions
+                .locate(&name, p.partition())
+                .and_then(|(owner, _)| {
+                    if p.fetch_offset() < 0 {
+                        return Err(Failure::new(
+                            ErrorCode::OffsetOutOfRange,
+                            format!("fetch offset {} is negative", p.fetch_offset()),
+                        ));
+                    }
+                    Ok((
+                        owner,
+                        FetchItem {
+                            partition: PartitionRef {
+                                topic: name.clone(),
+                                partition: p.partition() as u32,
+                            },
+                            fetch_offset: p.fetch_offset(),
+                            max_bytes: p.partition_max_bytes().max(1) as u64,
                         },
-                        fetch_offset: p.fetch_offset(),
-                        max_bytes: p.partition_max_bytes().max(1) as u64,
-                    },
-                ))
-            });
+                    ))
+                });
             slots.push(Slot {
                 topic: name.clone(),
                 partition: p.partition(),
@@ -151,7 +152,7 @@ async fn read_all(core: &Rc<Core>, slots: &mut [Slot], copy: bool) {
         let n = items.len();
         let t = if owner == core.id {
             let core = core.clone();
-            task::spawn(async move { read_local(&core, &items, copy).await })
+            task::spawn(async move { core.partitions.read_all(&items, copy).await })
         } else {
             core.metrics.forwarded.set(core.metrics.forwarded.get() + 1);
             let core = core.clone();
@@ -174,85 +175,6 @@ async fn read_all(core: &Rc<Core>, slots: &mut [Slot], copy: bool) {
     }
 }
 
-/// Reads partitions this core owns. Runs for local requests and for `CoreMessage::Fetch`.
-pub async fn read_local(core: &Rc<Core>, items: &[FetchItem], copy: bool) -> Vec<FetchOutcome> {
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        out.push(
-            read_one(core, item, copy)
-                .await
-                .unwrap_or_else(FetchOutcome::failed),
-        );
-    }
-    out
-}
-
-async fn read_one(core: &Rc<Core>, item: &FetchItem, copy: bool) -> Result<FetchOutcome, Failure> {
-    let log = core.log(&item.partition)?;
-    let storage_failure = |e: StorageError| Failure::new(e.error_code(), e.to_string());
-    if copy {
-        let (bytes, offsets) = log
-            .read_bytes(item.fetch_offset, item.max_bytes, ReadBound::HighWatermark)
-            .await
-            .map_err(storage_failure)?;
-        let size_bytes = bytes.len() as u64;
-        let chunks = if bytes.is_empty() {
-            Vec::new()
-        } else {
-            vec![SendChunk::Memory(bytes)]
-        };
-        return Ok(FetchOutcome {
-            failure: None,
-            high_watermark: offsets.high_watermark,
-            log_start_offset: offsets.log_start_offset,
-            chunks,
-            size_bytes,
-        });
-    }
-    let read = log
-        .read(item.fetch_offset, item.max_bytes, ReadBound::HighWatermark)
-        .await
-        .map_err(storage_failure)?;
-    let mut chunks = Vec::with_capacity(read.chunks.len());
-    for chunk in read.chunks {
-        chunks.push(match chunk {
-            ReadChunk::Memory(b) => SendChunk::Memory(b),
-            ReadChunk::File {
-                file,
-                position,
-                length,
-            } => SendChunk::File {
-                fd: Arc::new(dup_fd(file.as_raw_fd()).map_err(|e| {
-                    Failure::new(
-                        ErrorCode::StorageError,
-                        format!("dup of a segment descriptor: {e}"),
-                    )
-                })?),
-                position,
-                length,
-            },
-        });
-    }
-    Ok(FetchOutcome {
-        failure: None,
-        high_watermark: read.offsets.high_watermark,
-        log_start_offset: read.offsets.log_start_offset,
-        chunks,
-        size_bytes: read.size_bytes,
-    })
-}
-
-fn dup_fd(fd: std::os::fd::RawFd) -> std::io::Result<OwnedFd> {
-    // SAFETY: dup of a descriptor kept open by the storage engine for this call; the new
-    // descriptor is owned by the returned value.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if new < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `new` is a fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
-}
-
 /// Waits until any slot's partition has data past its fetch offset, or the deadline.
 async fn wait_all(core: &Rc<Core>, slots: &[Slot], deadline: Instant) {
     let mut by_core: std::collections::BTreeMap<usize, Vec<(PartitionRef, i64)>> =
@@ -270,7 +192,7 @@ async fn wait_all(core: &Rc<Core>, slots: &[Slot], deadline: Instant) {
         if owner == core.id {
             let core = core.clone();
             waits.push(Box::pin(async move {
-                wait_local(&core, &items, deadline).await
+                core.partitions.wait_for_data(&items, deadline).await
             }));
         } else {
             let (tx, rx) = futures_channel::oneshot::channel();
@@ -289,54 +211,7 @@ async fn wait_all(core: &Rc<Core>, slots: &[Slot], deadline: Instant) {
         }
     }
     let remaining = deadline.saturating_duration_since(Instant::now());
-    time::timeout(remaining, FirstOf(waits)).await;
-}
-
-/// Waits until any of these partitions (owned by this core) has a high watermark past its
-/// offset, or the deadline. Runs for local fetches and for `CoreMessage::WaitForData`.
-pub async fn wait_local(core: &Rc<Core>, items: &[(PartitionRef, i64)], deadline: Instant) {
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return;
-        }
-        let mut logs = Vec::with_capacity(items.len());
-        for (p, offset) in items {
-            let Ok(log) = core.log(p) else { return };
-            if log.offsets().high_watermark > *offset {
-                return;
-            }
-            let seen = log.changes().generation();
-            logs.push((log, seen));
-        }
-        let waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = logs
-            .iter()
-            .map(|(log, seen)| {
-                Box::pin(log.changes().changed_since(*seen)) as Pin<Box<dyn Future<Output = ()>>>
-            })
-            .collect();
-        if time::timeout(remaining, FirstOf(waits)).await.is_none() {
-            return;
-        }
-    }
-}
-
-/// Resolves when the first of its futures does.
-struct FirstOf<'a>(Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>);
-
-impl Future for FirstOf<'_> {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0.is_empty() {
-            return Poll::Pending;
-        }
-        for f in self.0.iter_mut() {
-            if f.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(());
-            }
-        }
-        Poll::Pending
-    }
+    time::timeout(remaining, first_of(waits)).await;
 }
 
 /// Keeps the response within `max_bytes`: the first partition with data always keeps its data

@@ -9,12 +9,13 @@ use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
 
 use crate::core::Core;
+use crate::failure::Failure;
 use crate::groups::assignor::Assignment;
 use crate::groups::coordinator::{
     self, check_group_id, CommitItem, GroupRequest, GroupResponse, GroupView,
 };
 use crate::groups::state::Heartbeat;
-use crate::router::{CoreMessage, Failure};
+use crate::router::CoreMessage;
 use crate::wire as w;
 
 /// Serves a group API.
@@ -48,7 +49,7 @@ async fn route(
     request: GroupRequest,
 ) -> Result<GroupResponse, Failure> {
     check_group_id(group)?;
-    let image = core.metadata.borrow().clone();
+    let image = core.image();
     let (owner, _) = coordinator::coordinator_core(&image, group)?;
     if owner == core.id {
         Ok(coordinator::execute(core, request).await)
@@ -143,7 +144,7 @@ fn find_coordinator(
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
     let req = w::verify::<wire::FindCoordinatorRequest>(&frame.message)?;
-    let image = core.metadata.borrow().clone();
+    let image = core.image();
     let endpoints = core.endpoints.borrow().clone();
     let host = super::metadata::advertised_host(core);
     let keys: Vec<String> = req.keys().iter().flatten().map(str::to_string).collect();

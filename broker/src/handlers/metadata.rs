@@ -7,8 +7,8 @@ use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::core::Core;
+use crate::failure::Failure;
 use crate::metadata::TopicRecord;
-use crate::router::Failure;
 use crate::wire as w;
 
 /// Serves ApiVersions: every API this broker serves with its version range.
@@ -71,7 +71,7 @@ pub async fn metadata(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
                 Some(names)
             }
         });
-    let image = core.metadata.borrow().clone();
+    let image = core.image();
     let endpoints = core.endpoints.borrow().clone();
     let broker_id = core.config.broker_id;
     let host = advertised_host(&core);

@@ -9,21 +9,19 @@ use borges_protocol::{wire, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::core::Core;
-use crate::router::{CoreMessage, Failure, ListOffsetsItem, ListOffsetsOutcome, PartitionRef};
+use crate::failure::Failure;
+use crate::partition::{ListOffsetsItem, MAX_TIMESTAMP};
+use crate::router::CoreMessage;
+use crate::types::PartitionRef;
 use crate::wire as w;
 
-/// `timestamp` meaning the log start offset.
-pub const EARLIEST: i64 = -2;
-/// `timestamp` meaning the high watermark.
-pub const LATEST: i64 = -1;
-/// `timestamp` meaning the record with the largest timestamp.
-pub const MAX_TIMESTAMP: i64 = -3;
+type Outcome = Result<(i64, i64), Failure>;
 
 struct Slot {
     topic: Arc<str>,
     partition: i32,
     target: Result<(usize, ListOffsetsItem), Failure>,
-    outcome: Option<ListOffsetsOutcome>,
+    outcome: Option<Outcome>,
 }
 
 /// Serves a ListOffsets request.
@@ -45,14 +43,14 @@ pub async fn handle(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
     for (owner, (indexes, items)) in by_core {
         let n = items.len();
         let outcomes = if owner == core.id {
-            list_local(&core, &items).await
+            core.partitions.list_offsets(&items).await
         } else {
             match core
                 .ask(owner, |reply| CoreMessage::ListOffsets { items, reply })
                 .await
             {
                 Ok(v) => v,
-                Err(f) => vec![ListOffsetsOutcome { result: Err(f) }; n],
+                Err(f) => vec![Err(f); n],
             }
         };
         for (i, o) in indexes.into_iter().zip(outcomes) {
@@ -75,18 +73,20 @@ fn parse(core: &Core, frame: &Frame) -> Result<Vec<Slot>, Failure> {
                     format!("timestamp {timestamp}: expected -2 (earliest), -1 (latest), -3 (max timestamp) or >= 0"),
                 ))
             } else {
-                core.locate(&name, p.partition()).map(|(owner, _)| {
-                    (
-                        owner,
-                        ListOffsetsItem {
-                            partition: PartitionRef {
-                                topic: name.clone(),
-                                partition: p.partition() as u32,
+                core.partitions
+                    .locate(&name, p.partition())
+                    .map(|(owner, _)| {
+                        (
+                            owner,
+                            ListOffsetsItem {
+                                partition: PartitionRef {
+                                    topic: name.clone(),
+                                    partition: p.partition() as u32,
+                                },
+                                timestamp,
                             },
-                            timestamp,
-                        },
-                    )
-                })
+                        )
+                    })
             };
             slots.push(Slot {
                 topic: name.clone(),
@@ -99,33 +99,6 @@ fn parse(core: &Core, frame: &Frame) -> Result<Vec<Slot>, Failure> {
     Ok(slots)
 }
 
-/// Looks offsets up in partitions this core owns.
-pub async fn list_local(core: &Rc<Core>, items: &[ListOffsetsItem]) -> Vec<ListOffsetsOutcome> {
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        out.push(ListOffsetsOutcome {
-            result: list_one(core, item).await,
-        });
-    }
-    out
-}
-
-async fn list_one(core: &Rc<Core>, item: &ListOffsetsItem) -> Result<(i64, i64), Failure> {
-    let log = core.log(&item.partition)?;
-    let fail = |e: borges_storage::StorageError| Failure::new(e.error_code(), e.to_string());
-    let offsets = log.offsets();
-    Ok(match item.timestamp {
-        EARLIEST => (offsets.log_start_offset, -1),
-        LATEST => (offsets.high_watermark, -1),
-        MAX_TIMESTAMP => log.max_timestamp().await.map_err(fail)?.unwrap_or((-1, -1)),
-        ts => log
-            .offset_for_timestamp(ts)
-            .await
-            .map_err(fail)?
-            .unwrap_or((-1, -1)),
-    })
-}
-
 fn respond(header: &FrameHeader, failure: Option<&Failure>, slots: &mut [Slot]) -> w::Response {
     let mut fbb = FlatBufferBuilder::with_capacity(64 + slots.len() * 48);
     let mut topics = Vec::new();
@@ -136,7 +109,7 @@ fn respond(header: &FrameHeader, failure: Option<&Failure>, slots: &mut [Slot]) 
             let s = &mut slots[i];
             let result = match (&s.target, s.outcome.take()) {
                 (Err(f), _) => Err(f.clone()),
-                (Ok(_), Some(o)) => o.result,
+                (Ok(_), Some(o)) => o,
                 (Ok(_), None) => Err(Failure::new(ErrorCode::UnknownServerError, "no outcome")),
             };
             let f = result.as_ref().err();

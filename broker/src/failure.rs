@@ -1,0 +1,52 @@
+//! `Failure`: a wire error code with a message for humans, the way responses carry errors.
+//!
+//! A leaf module: it names no other broker module, so every layer (partitions, groups, the
+//! controller, handlers) can return it.
+
+use std::fmt;
+
+use borges_protocol::batch::BatchError;
+use borges_protocol::ErrorCode;
+use borges_storage::StorageError;
+
+/// An error code with an optional message, as responses carry them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The code.
+    pub code: ErrorCode,
+    /// Details for humans.
+    pub message: Option<String>,
+}
+
+impl Failure {
+    /// A failure with a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: Some(message.into()),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.message {
+            Some(m) => f.write_str(m),
+            None => f.write_str(self.code.name()),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<StorageError> for Failure {
+    fn from(e: StorageError) -> Failure {
+        Failure::new(e.error_code(), e.to_string())
+    }
+}
+
+impl From<BatchError> for Failure {
+    fn from(e: BatchError) -> Failure {
+        Failure::new(e.error_code(), e.to_string())
+    }
+}

@@ -1,0 +1,185 @@
+//! The one append path of a partition: produce requests and group commits both go through
+//! [`Partition::append`], which checks the ISR against `min.insync.replicas`, waits for room
+//! in the core's write budget, and appends with the partition's leader epoch; the returned
+//! [`PendingAck`] then waits for the acknowledgement level the producer asked for.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use borges_protocol::ErrorCode;
+use borges_runtime::time::{self, Instant};
+
+use super::{Partition, PartitionTable, ValidatedBatch};
+use crate::failure::Failure;
+use crate::types::{Acks, PartitionRef};
+
+/// A successful append, as the producer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceAck {
+    /// Offset of the first record.
+    pub base_offset: i64,
+    /// Log start offset after the append (-1 for `acks=0`).
+    pub log_start_offset: i64,
+}
+
+/// Batches for one partition, already validated by the receiving core.
+pub struct AppendItem {
+    /// Target partition.
+    pub partition: PartitionRef,
+    /// The batches, in order.
+    pub batches: Vec<ValidatedBatch>,
+}
+
+/// When a producer stops waiting for its acknowledgement.
+#[derive(Debug, Clone, Copy)]
+pub struct AckDeadline {
+    /// The moment.
+    pub at: Instant,
+    /// The request's timeout, for the error message.
+    pub timeout_ms: u32,
+}
+
+impl AckDeadline {
+    /// `timeout_ms` from now.
+    pub fn after_ms(timeout_ms: u32) -> AckDeadline {
+        AckDeadline {
+            at: Instant::now() + Duration::from_millis(u64::from(timeout_ms)),
+            timeout_ms,
+        }
+    }
+}
+
+/// Batches appended to a partition, not yet acknowledged. Lives on the partition's core.
+#[must_use = "an append is acknowledged only by waiting for it"]
+pub struct PendingAck {
+    partition: Rc<Partition>,
+    acks: Acks,
+    base_offset: i64,
+    last_offset: i64,
+    records: u64,
+    size_bytes: u64,
+}
+
+impl Partition {
+    /// Appends `batches` now, in order, stamped with this partition's leader epoch; waits only
+    /// for room in the core's write budget. Refuses `acks=all` while the ISR is smaller than
+    /// `min.insync.replicas`. Nothing is appended unless everything is.
+    pub async fn append(
+        self: &Rc<Self>,
+        batches: Vec<ValidatedBatch>,
+        acks: Acks,
+    ) -> Result<PendingAck, Failure> {
+        let min_isr = self.min_insync_replicas.get();
+        let isr = self.replica.in_sync_replicas();
+        if acks == Acks::All && min_isr > isr as i64 {
+            return Err(Failure::new(
+                ErrorCode::NotEnoughReplicas,
+                format!(
+                    "min.insync.replicas = {min_isr} but the in-sync replica set has {isr} member{}",
+                    if isr == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        let size_bytes: u64 = batches.iter().map(ValidatedBatch::size_bytes).sum();
+        let records: u64 = batches.iter().map(ValidatedBatch::records).sum();
+        self.log.wait_writable(size_bytes).await;
+        let bytes = batches
+            .into_iter()
+            .map(ValidatedBatch::into_bytes)
+            .collect();
+        let info = self.log.append(bytes, self.leader_epoch.get())?;
+        Ok(PendingAck {
+            partition: self.clone(),
+            acks,
+            base_offset: info.base_offset,
+            last_offset: info.last_offset,
+            records,
+            size_bytes,
+        })
+    }
+}
+
+impl PendingAck {
+    /// Records appended.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Bytes appended.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Waits for the acknowledgement level of `acks` (at once for `acks=0`), until `deadline`
+    /// when there is one.
+    pub async fn acknowledged(self, deadline: Option<AckDeadline>) -> Result<ProduceAck, Failure> {
+        let Some(level) = self.acks.ack_level() else {
+            return Ok(ProduceAck {
+                base_offset: self.base_offset,
+                log_start_offset: -1,
+            });
+        };
+        let acked = self.partition.log.wait_acked(self.last_offset, level);
+        let outcome = match deadline {
+            None => Some(acked.await),
+            Some(d) => time::timeout(d.at.saturating_duration_since(Instant::now()), acked).await,
+        };
+        match outcome {
+            Some(Ok(())) => Ok(ProduceAck {
+                base_offset: self.base_offset,
+                log_start_offset: self.partition.offsets().log_start_offset,
+            }),
+            Some(Err(e)) => Err(e.into()),
+            None => Err(Failure::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "not acknowledged within {} ms",
+                    deadline.map_or(0, |d| d.timeout_ms)
+                ),
+            )),
+        }
+    }
+}
+
+impl PartitionTable {
+    /// Appends every item now, in order (produce requests: local ones and those forwarded by
+    /// other cores); returns the completion that waits for the acknowledgements, one deadline
+    /// of `timeout_ms` for all of them, starting once everything is appended. One result per
+    /// item, in order.
+    pub async fn append_all(
+        &self,
+        items: Vec<AppendItem>,
+        acks: Acks,
+        timeout_ms: u32,
+    ) -> impl Future<Output = Vec<Result<ProduceAck, Failure>>> + 'static {
+        let mut appended = Vec::with_capacity(items.len());
+        for item in items {
+            let pending = match self.get(&item.partition) {
+                Ok(p) => p.append(item.batches, acks).await,
+                Err(f) => Err(f),
+            };
+            if let Ok(p) = &pending {
+                self.metrics().record_produce(p.size_bytes(), p.records());
+            }
+            appended.push(pending);
+        }
+        let metrics = self.metrics().clone();
+        let deadline = AckDeadline::after_ms(timeout_ms);
+        async move {
+            let mut out = Vec::with_capacity(appended.len());
+            for pending in appended {
+                let result = match pending {
+                    Ok(p) => p.acknowledged(Some(deadline)).await,
+                    Err(f) => Err(f),
+                };
+                if let Err(f) = &result {
+                    metrics.produce_failed.set(metrics.produce_failed.get() + 1);
+                    tracing::debug!(code = %f.code, "produce failed: {:?}", f.message);
+                }
+                out.push(result);
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The partitions one core owns.
+//!
+//! - [`Partition`]: one partition: its log, its leadership (leader epoch, `min.insync.replicas`)
+//!   and the seams for replica state ([`replica`]) and producer state ([`producer`]). It owns
+//!   the one append path, used by produce requests and by group commits alike
+//!   ([`Partition::append`]), and the read paths: fetch reads, long-poll waits, offsets by time.
+//! - [`PartitionTable`]: every partition of the core, looked up by name, kept in line with the
+//!   metadata image (opened, reconfigured, deleted).
+//! - [`ValidatedBatch`]: a batch checked once on the receiving core, carried with its header.
+//!
+//! Everything here lives on the owning core and is reached from other cores only by message.
+
+mod append;
+mod batch;
+pub mod producer;
+mod read;
+pub mod replica;
+mod table;
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use borges_storage::{LogOffsets, PartitionLog, StorageError, TickOutcome};
+
+pub use append::{AppendItem, ProduceAck};
+pub use batch::{validate, ValidatedBatch};
+pub use read::{first_of, FetchItem, FetchOutcome, ListOffsetsItem, MAX_TIMESTAMP};
+pub use table::PartitionTable;
+
+use crate::metrics::PartitionStats;
+use crate::types::PartitionRef;
+use producer::ProducerState;
+use replica::ReplicaState;
+
+/// One partition this core leads. Lives on its owning core; other cores reach it only through
+/// messages to that core.
+pub struct Partition {
+    id: PartitionRef,
+    log: Rc<PartitionLog>,
+    /// Stamped into every appended batch; from the metadata image.
+    leader_epoch: Cell<i32>,
+    /// `acks=all` is refused while the ISR is smaller; from the topic's configs.
+    min_insync_replicas: Cell<i64>,
+    replica: ReplicaState,
+    #[allow(dead_code)] // the idempotent producer's seam; see `producer`
+    producers: ProducerState,
+}
+
+impl Partition {
+    fn new(id: PartitionRef, log: Rc<PartitionLog>, leader_epoch: i32, min_isr: i64) -> Partition {
+        Partition {
+            id,
+            log,
+            leader_epoch: Cell::new(leader_epoch),
+            min_insync_replicas: Cell::new(min_isr),
+            replica: ReplicaState::leader_only(),
+            producers: ProducerState::default(),
+        }
+    }
+
+    /// The partition's name.
+    pub fn id(&self) -> &PartitionRef {
+        &self.id
+    }
+
+    /// The leader epoch appended batches are stamped with.
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.get()
+    }
+
+    /// Log start, high watermark, log end.
+    pub fn offsets(&self) -> LogOffsets {
+        self.log.offsets()
+    }
+
+    /// Figures for metrics.
+    pub fn stats(&self) -> PartitionStats {
+        let o = self.offsets();
+        PartitionStats {
+            topic: self.id.topic.to_string(),
+            partition: self.id.partition,
+            log_start_offset: o.log_start_offset,
+            high_watermark: o.high_watermark,
+            log_end_offset: o.log_end_offset,
+            size_bytes: self.log.size_bytes(),
+            segments: self.log.segment_count(),
+        }
+    }
+
+    /// Time-driven maintenance: segment roll by age, retention, checkpoints.
+    pub async fn tick(&self, now_ms: i64) -> Result<TickOutcome, StorageError> {
+        self.log.tick(now_ms).await
+    }
+
+    /// Flushes, syncs and closes the log with its clean-shutdown marker.
+    pub async fn close(&self) -> Result<(), StorageError> {
+        self.log.close().await
+    }
+
+    /// Applies leadership and configs from a new metadata image.
+    fn set_leadership(&self, leader_epoch: i32, min_isr: i64) {
+        self.leader_epoch.set(leader_epoch);
+        self.min_insync_replicas.set(min_isr);
+    }
+}

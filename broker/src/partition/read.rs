@@ -1,0 +1,249 @@
+//! The read paths of a partition: fetch reads (file ranges for sendfile, or bytes for the
+//! memory tail and the copy path), long-poll waits for new data, and offsets by time.
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use borges_protocol::ErrorCode;
+use borges_runtime::time::{self, Instant};
+use borges_storage::{LogOffsets, ReadBound, ReadChunk};
+use bytes::Bytes;
+
+use super::{Partition, PartitionTable};
+use crate::failure::Failure;
+use crate::types::{PartitionRef, SendChunk};
+
+/// `timestamp` meaning the log start offset.
+pub const EARLIEST: i64 = -2;
+/// `timestamp` meaning the high watermark.
+pub const LATEST: i64 = -1;
+/// `timestamp` meaning the record with the largest timestamp.
+pub const MAX_TIMESTAMP: i64 = -3;
+
+/// One partition of a fetch.
+#[derive(Debug, Clone)]
+pub struct FetchItem {
+    /// The partition.
+    pub partition: PartitionRef,
+    /// First offset wanted.
+    pub fetch_offset: i64,
+    /// Bytes wanted at most (at least one batch is returned).
+    pub max_bytes: u64,
+}
+
+/// What a fetch found in one partition.
+pub struct FetchOutcome {
+    /// Failure, if any.
+    pub failure: Option<Failure>,
+    /// High watermark.
+    pub high_watermark: i64,
+    /// Log start offset.
+    pub log_start_offset: i64,
+    /// The data, batch-aligned.
+    pub chunks: Vec<SendChunk>,
+    /// Total bytes of `chunks`.
+    pub size_bytes: u64,
+}
+
+impl FetchOutcome {
+    /// An outcome that only carries a failure.
+    pub fn failed(failure: Failure) -> FetchOutcome {
+        FetchOutcome {
+            failure: Some(failure),
+            high_watermark: -1,
+            log_start_offset: -1,
+            chunks: Vec::new(),
+            size_bytes: 0,
+        }
+    }
+}
+
+/// One partition of a ListOffsets.
+#[derive(Debug, Clone)]
+pub struct ListOffsetsItem {
+    /// The partition.
+    pub partition: PartitionRef,
+    /// [`EARLIEST`], [`LATEST`], [`MAX_TIMESTAMP`], or >= 0 for the first offset whose
+    /// timestamp is at least this.
+    pub timestamp: i64,
+}
+
+impl Partition {
+    /// Reads committed data (below the high watermark) from `fetch_offset`: file ranges for
+    /// sendfile, or, with `copy`, bytes in memory.
+    pub async fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u64,
+        copy: bool,
+    ) -> Result<FetchOutcome, Failure> {
+        if copy {
+            let (bytes, offsets) = self.read_bytes(fetch_offset, max_bytes).await?;
+            let size_bytes = bytes.len() as u64;
+            let chunks = if bytes.is_empty() {
+                Vec::new()
+            } else {
+                vec![SendChunk::Memory(bytes)]
+            };
+            return Ok(FetchOutcome {
+                failure: None,
+                high_watermark: offsets.high_watermark,
+                log_start_offset: offsets.log_start_offset,
+                chunks,
+                size_bytes,
+            });
+        }
+        let read = self
+            .log
+            .read(fetch_offset, max_bytes, ReadBound::HighWatermark)
+            .await?;
+        let mut chunks = Vec::with_capacity(read.chunks.len());
+        for chunk in read.chunks {
+            chunks.push(match chunk {
+                ReadChunk::Memory(b) => SendChunk::Memory(b),
+                ReadChunk::File {
+                    file,
+                    position,
+                    length,
+                } => SendChunk::File {
+                    fd: Arc::new(dup_fd(file.as_raw_fd()).map_err(|e| {
+                        Failure::new(
+                            ErrorCode::StorageError,
+                            format!("dup of a segment descriptor: {e}"),
+                        )
+                    })?),
+                    position,
+                    length,
+                },
+            });
+        }
+        Ok(FetchOutcome {
+            failure: None,
+            high_watermark: read.offsets.high_watermark,
+            log_start_offset: read.offsets.log_start_offset,
+            chunks,
+            size_bytes: read.size_bytes,
+        })
+    }
+
+    /// Reads committed batches from `offset` into memory (the copy path, and offsets replay).
+    pub async fn read_bytes(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+    ) -> Result<(Bytes, LogOffsets), Failure> {
+        Ok(self
+            .log
+            .read_bytes(offset, max_bytes, ReadBound::HighWatermark)
+            .await?)
+    }
+
+    /// (offset, timestamp) for a ListOffsets `timestamp`; (-1, -1) when there is none.
+    pub async fn list_offsets(&self, timestamp: i64) -> Result<(i64, i64), Failure> {
+        let offsets = self.offsets();
+        Ok(match timestamp {
+            EARLIEST => (offsets.log_start_offset, -1),
+            LATEST => (offsets.high_watermark, -1),
+            MAX_TIMESTAMP => self.log.max_timestamp().await?.unwrap_or((-1, -1)),
+            ts => self.log.offset_for_timestamp(ts).await?.unwrap_or((-1, -1)),
+        })
+    }
+}
+
+fn dup_fd(fd: std::os::fd::RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: dup of a descriptor kept open by the storage engine for this call; the new
+    // descriptor is owned by the returned value.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` is a fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+impl PartitionTable {
+    /// Reads partitions this core owns, one outcome per item, in order (local fetches and
+    /// those forwarded by other cores).
+    pub async fn read_all(&self, items: &[FetchItem], copy: bool) -> Vec<FetchOutcome> {
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let outcome = match self.get(&item.partition) {
+                Ok(p) => p.read(item.fetch_offset, item.max_bytes, copy).await,
+                Err(f) => Err(f),
+            };
+            out.push(outcome.unwrap_or_else(FetchOutcome::failed));
+        }
+        out
+    }
+
+    /// Waits until any of these partitions (owned by this core) has a high watermark past its
+    /// offset, or the deadline. Returns at once when one of them is not here.
+    pub async fn wait_for_data(&self, items: &[(PartitionRef, i64)], deadline: Instant) {
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return;
+            }
+            let mut partitions = Vec::with_capacity(items.len());
+            for (p, offset) in items {
+                let Ok(partition) = self.get(p) else { return };
+                if partition.offsets().high_watermark > *offset {
+                    return;
+                }
+                let seen = partition.log.changes().generation();
+                partitions.push((partition, seen));
+            }
+            let waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = partitions
+                .iter()
+                .map(|(p, seen)| {
+                    Box::pin(p.log.changes().changed_since(*seen))
+                        as Pin<Box<dyn Future<Output = ()>>>
+                })
+                .collect();
+            if time::timeout(remaining, first_of(waits)).await.is_none() {
+                return;
+            }
+        }
+    }
+
+    /// Looks offsets up in partitions this core owns, one result per item, in order.
+    pub async fn list_offsets(
+        &self,
+        items: &[ListOffsetsItem],
+    ) -> Vec<Result<(i64, i64), Failure>> {
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(match self.get(&item.partition) {
+                Ok(p) => p.list_offsets(item.timestamp).await,
+                Err(f) => Err(f),
+            });
+        }
+        out
+    }
+}
+
+/// Resolves when the first of `futures` does (never, when there are none).
+pub fn first_of<'a>(futures: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) -> FirstOf<'a> {
+    FirstOf(futures)
+}
+
+/// The future of [`first_of`].
+pub struct FirstOf<'a>(Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>);
+
+impl Future for FirstOf<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.is_empty() {
+            return Poll::Pending;
+        }
+        for f in self.0.iter_mut() {
+            if f.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    }
+}

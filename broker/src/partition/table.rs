@@ -1,0 +1,277 @@
+//! `PartitionTable`: the partitions one core owns, by topic, kept in line with the metadata
+//! image.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use borges_protocol::ErrorCode;
+use borges_runtime::task;
+use borges_storage::{CoreStorage, PartitionLog};
+
+use super::Partition;
+use crate::config::BrokerConfig;
+use crate::error::BrokerError;
+use crate::failure::Failure;
+use crate::metadata::{partition_dir, MetadataImage, TopicRecord, Uuid};
+use crate::metrics::CoreMetrics;
+use crate::topic_config;
+use crate::types::PartitionRef;
+
+/// Partitions opened concurrently while applying metadata.
+const PARTITION_OPENS_IN_FLIGHT_MAX: usize = 32;
+
+/// The partitions of one topic that this core owns (others are `None`).
+struct TopicPartitions {
+    /// Topic id the partitions belong to (a re-created topic gets new ones).
+    id: Uuid,
+    /// By partition index.
+    partitions: Vec<Option<Rc<Partition>>>,
+}
+
+/// Every partition one core owns, and the core's copy of the metadata image that placed them.
+/// Lives on one core.
+pub struct PartitionTable {
+    core: usize,
+    config: Arc<BrokerConfig>,
+    storage: Rc<CoreStorage>,
+    metrics: Rc<CoreMetrics>,
+    image: RefCell<Arc<MetadataImage>>,
+    topics: RefCell<HashMap<String, TopicPartitions>>,
+}
+
+impl PartitionTable {
+    /// An empty table for core `core` of `cores`.
+    pub fn new(
+        core: usize,
+        cores: usize,
+        config: Arc<BrokerConfig>,
+        storage: Rc<CoreStorage>,
+        metrics: Rc<CoreMetrics>,
+    ) -> PartitionTable {
+        PartitionTable {
+            core,
+            config,
+            storage,
+            metrics,
+            image: RefCell::new(Arc::new(MetadataImage::new(cores as u16))),
+            topics: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// This core's copy of the metadata image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    /// The storage context of this core.
+    pub fn storage(&self) -> &Rc<CoreStorage> {
+        &self.storage
+    }
+
+    /// The metrics of this core.
+    pub fn metrics(&self) -> &Rc<CoreMetrics> {
+        &self.metrics
+    }
+
+    /// The core owning a partition, and the image that says so.
+    pub fn locate(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(usize, Arc<MetadataImage>), Failure> {
+        let image = self.image();
+        let Some(t) = image.topics.get(topic) else {
+            return Err(Failure::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic {topic:?} does not exist"),
+            ));
+        };
+        let Some(p) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| t.partitions.get(i))
+        else {
+            return Err(Failure::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!(
+                    "topic {topic:?} has {} partitions; partition {partition} does not exist",
+                    t.partitions.len()
+                ),
+            ));
+        };
+        Ok((usize::from(p.core), image))
+    }
+
+    /// A partition this core owns.
+    pub fn get(&self, partition: &PartitionRef) -> Result<Rc<Partition>, Failure> {
+        self.topics
+            .borrow()
+            .get(&*partition.topic)
+            .and_then(|t| t.partitions.get(partition.partition as usize))
+            .and_then(|p| p.clone())
+            .ok_or_else(|| {
+                Failure::new(
+                    ErrorCode::NotLeaderOrFollower,
+                    format!("{partition} is not served by core {}", self.core),
+                )
+            })
+    }
+
+    /// Every partition this core owns.
+    pub fn all(&self) -> Vec<Rc<Partition>> {
+        let topics = self.topics.borrow();
+        topics
+            .values()
+            .flat_map(|t| t.partitions.iter().flatten().cloned())
+            .collect()
+    }
+
+    /// Brings this core's partitions in line with `image`: opens new ones, reconfigures
+    /// changed ones, deletes removed topics' logs. An image older than the current one is
+    /// ignored.
+    pub async fn apply(self: &Rc<Self>, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
+        let old = self.image.replace(image.clone());
+        if old.revision > image.revision {
+            self.image.replace(old);
+            return Ok(());
+        }
+        self.drop_removed_topics(&image).await?;
+        let mut opens = Vec::new();
+        for t in image.topics.values() {
+            self.reconfigure_topic(t, &old).await?;
+            for (p, rec) in t.partitions.iter().enumerate() {
+                if usize::from(rec.core) == self.core && !self.has(&t.name, t.id, p) {
+                    opens.push((t.clone(), p));
+                }
+            }
+        }
+        for chunk in opens.chunks(PARTITION_OPENS_IN_FLIGHT_MAX) {
+            let tasks: Vec<_> = chunk
+                .iter()
+                .map(|(t, p)| {
+                    let table = self.clone();
+                    let (t, p) = (t.clone(), *p);
+                    task::spawn(async move { table.open(&t, p).await })
+                })
+                .collect();
+            for t in tasks {
+                t.await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn has(&self, topic: &str, id: Uuid, partition: usize) -> bool {
+        self.topics
+            .borrow()
+            .get(topic)
+            .is_some_and(|t| t.id == id && t.partitions.get(partition).is_some_and(|p| p.is_some()))
+    }
+
+    async fn open(&self, topic: &TopicRecord, partition: usize) -> Result<(), BrokerError> {
+        let dir = partition_dir(&self.config.data_dir, &topic.name, partition as u32);
+        let log_config = topic_config::log_config(&topic.configs, &self.config);
+        let log = PartitionLog::open(&self.storage, dir.clone(), log_config)
+            .await
+            .map_err(|source| BrokerError::Partition {
+                action: "opening",
+                partition: dir.display().to_string(),
+                cause: source,
+            })?;
+        let id = PartitionRef {
+            topic: Arc::from(topic.name.as_str()),
+            partition: partition as u32,
+        };
+        let epoch = topic
+            .partitions
+            .get(partition)
+            .map_or(0, |p| p.leader_epoch);
+        let min_isr = topic_config::min_insync_replicas(&topic.configs);
+        let opened = Rc::new(Partition::new(id, log, epoch, min_isr));
+        let mut topics = self.topics.borrow_mut();
+        let entry = topics
+            .entry(topic.name.clone())
+            .or_insert_with(|| TopicPartitions {
+                id: topic.id,
+                partitions: Vec::new(),
+            });
+        if entry.partitions.len() < topic.partitions.len() {
+            entry.partitions.resize(topic.partitions.len(), None);
+        }
+        entry.partitions[partition] = Some(opened);
+        Ok(())
+    }
+
+    /// Applies a topic's configs to its open partitions when they changed, and its leader
+    /// epochs always.
+    async fn reconfigure_topic(
+        &self,
+        t: &TopicRecord,
+        old: &MetadataImage,
+    ) -> Result<(), BrokerError> {
+        let partitions: Vec<Rc<Partition>> = self
+            .topics
+            .borrow()
+            .get(&t.name)
+            .filter(|tp| tp.id == t.id)
+            .map(|tp| tp.partitions.iter().flatten().cloned().collect())
+            .unwrap_or_default();
+        let min_isr = topic_config::min_insync_replicas(&t.configs);
+        for p in &partitions {
+            let epoch = t
+                .partitions
+                .get(p.id.partition as usize)
+                .map_or(p.leader_epoch(), |r| r.leader_epoch);
+            p.set_leadership(epoch, min_isr);
+        }
+        let changed = old
+            .topics
+            .get(&t.name)
+            .is_some_and(|o| o.id == t.id && o.configs != t.configs);
+        if !changed {
+            return Ok(());
+        }
+        let log_config = topic_config::log_config(&t.configs, &self.config);
+        for p in partitions {
+            p.log
+                .update_config(log_config.clone())
+                .await
+                .map_err(|source| BrokerError::Partition {
+                    action: "reconfiguring",
+                    partition: t.name.clone(),
+                    cause: source,
+                })?;
+        }
+        Ok(())
+    }
+
+    async fn drop_removed_topics(&self, image: &MetadataImage) -> Result<(), BrokerError> {
+        let removed: Vec<(String, TopicPartitions)> = {
+            let mut topics = self.topics.borrow_mut();
+            let names: Vec<String> = topics
+                .iter()
+                .filter(|(name, tp)| image.topics.get(*name).is_none_or(|t| t.id != tp.id))
+                .map(|(name, _)| name.clone())
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|n| topics.remove(&n).map(|tp| (n, tp)))
+                .collect()
+        };
+        for (name, tp) in removed {
+            for p in tp.partitions.into_iter().flatten() {
+                p.log
+                    .delete()
+                    .await
+                    .map_err(|source| BrokerError::Partition {
+                        action: "deleting a partition of",
+                        partition: name.clone(),
+                        cause: source,
+                    })?;
+            }
+            tracing::info!(core = self.core, topic = %name, "deleted topic's partitions");
+        }
+        Ok(())
+    }
+}
