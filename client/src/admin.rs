@@ -294,6 +294,9 @@ impl Admin {
                     assignment: group::partitions(&group::from_wire(
                         &m.assignment.unwrap_or_default(),
                     )),
+                    target_assignment: group::partitions(&group::from_wire(
+                        &m.target_assignment.unwrap_or_default(),
+                    )),
                 })
                 .collect();
             out.push(GroupDescription {

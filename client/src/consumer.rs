@@ -52,6 +52,22 @@ struct PartitionState {
     /// Records of this partition in the buffer.
     buffered: usize,
     high_watermark: i64,
+    /// Paused by the application: not fetched, its buffered records are held back.
+    paused: bool,
+}
+
+impl PartitionState {
+    fn new(topic: &str, position: Option<i64>) -> PartitionState {
+        PartitionState {
+            topic: topic.into(),
+            position,
+            fetch_position: position.unwrap_or(0),
+            generation: 0,
+            buffered: 0,
+            high_watermark: -1,
+            paused: false,
+        }
+    }
 }
 
 /// What one fetch asked for, to check its response against.
@@ -97,6 +113,8 @@ pub struct Consumer {
     group: Option<Group>,
     listener: Option<Box<dyn RebalanceListener>>,
     last_auto_commit: Instant,
+    /// Assigned partitions that are paused (0 keeps `poll` on its fast path).
+    paused_count: usize,
 }
 
 impl Consumer {
@@ -127,6 +145,7 @@ impl Consumer {
             group: None,
             listener: None,
             last_auto_commit: Instant::now(),
+            paused_count: 0,
         })
     }
 
@@ -177,17 +196,11 @@ impl Consumer {
             let state = self
                 .partitions
                 .remove(&tp)
-                .unwrap_or_else(|| PartitionState {
-                    topic: tp.topic.as_str().into(),
-                    position: None,
-                    fetch_position: 0,
-                    generation: 0,
-                    buffered: 0,
-                    high_watermark: -1,
-                });
+                .unwrap_or_else(|| PartitionState::new(&tp.topic, None));
             next.insert(tp, state);
         }
         self.partitions = next;
+        self.recount_paused();
         let partitions = &self.partitions;
         self.buffered
             .retain(|r| partitions.contains_key(&TopicPartition::new(&*r.topic, r.partition)));
@@ -257,6 +270,7 @@ impl Consumer {
         }
         if !self.partitions.is_empty() {
             self.partitions.clear();
+            self.paused_count = 0;
             self.buffered.clear();
         }
         let settings = GroupSettings {
@@ -290,11 +304,7 @@ impl Consumer {
     /// Commits the positions of every assigned partition (the offsets after the records `poll`
     /// returned) to the group and waits for the coordinator.
     pub async fn commit_sync(&mut self) -> Result<()> {
-        let offsets: Vec<(TopicPartition, i64)> = self
-            .partitions
-            .iter()
-            .filter_map(|(tp, s)| s.position.map(|p| (tp.clone(), p)))
-            .collect();
+        let offsets = self.positions(self.partitions.keys());
         self.commit_offsets_sync(&offsets).await
     }
 
@@ -337,11 +347,7 @@ impl Consumer {
     /// Commits the current positions in the background; failures are logged.
     pub fn commit_async(&mut self) -> Result<()> {
         let group_id = self.group_id()?;
-        let offsets: Vec<(TopicPartition, i64)> = self
-            .partitions
-            .iter()
-            .filter_map(|(tp, s)| s.position.map(|p| (tp.clone(), p)))
-            .collect();
+        let offsets = self.positions(self.partitions.keys());
         let (member_id, epoch) = self.member().unwrap_or((String::new(), -1));
         let coordinator = self
             .group
@@ -395,6 +401,23 @@ impl Consumer {
             group.leave(self.core.config.request_timeout_ms).await;
         }
         result
+    }
+
+    /// The positions of `partitions` to commit: the offset after the last record `poll`
+    /// returned, or where the partition was reset or sought to when `poll` returned none of
+    /// it (never the fetch position, which runs ahead by what is buffered). Partitions
+    /// without a position yet (never reset) are left out.
+    fn positions<'a>(
+        &self,
+        partitions: impl IntoIterator<Item = &'a TopicPartition>,
+    ) -> Vec<(TopicPartition, i64)> {
+        partitions
+            .into_iter()
+            .filter_map(|tp| {
+                let position = self.partitions.get(tp)?.position?;
+                Some((tp.clone(), position))
+            })
+            .collect()
     }
 
     fn group_id(&self) -> Result<String> {
@@ -487,15 +510,7 @@ impl Consumer {
 
     async fn revoke(&mut self, revoked: &[TopicPartition]) {
         if self.config.enable_auto_commit && self.member().is_some_and(|(_, epoch)| epoch > 0) {
-            let offsets: Vec<(TopicPartition, i64)> = revoked
-                .iter()
-                .filter_map(|tp| {
-                    self.partitions
-                        .get(tp)
-                        .and_then(|s| s.position)
-                        .map(|p| (tp.clone(), p))
-                })
-                .collect();
+            let offsets = self.positions(revoked);
             if let Err(e) = self.commit_offsets_sync(&offsets).await {
                 tracing::warn!(error = %e, "commit of revoked partitions failed");
             }
@@ -506,6 +521,7 @@ impl Consumer {
         for tp in revoked {
             self.partitions.remove(tp);
         }
+        self.recount_paused();
         let partitions = &self.partitions;
         self.buffered
             .retain(|r| partitions.contains_key(&TopicPartition::new(&*r.topic, r.partition)));
@@ -525,17 +541,8 @@ impl Consumer {
                 .iter()
                 .find(|(c, _)| c == tp)
                 .and_then(|(_, o)| *o);
-            self.partitions.insert(
-                tp.clone(),
-                PartitionState {
-                    topic: tp.topic.as_str().into(),
-                    position,
-                    fetch_position: position.unwrap_or(0),
-                    generation: 0,
-                    buffered: 0,
-                    high_watermark: -1,
-                },
-            );
+            self.partitions
+                .insert(tp.clone(), PartitionState::new(&tp.topic, position));
         }
         if let Some(listener) = &mut self.listener {
             listener.on_partitions_assigned(added);
@@ -564,7 +571,7 @@ impl Consumer {
         self.auto_commit().await;
         loop {
             self.reconcile_group().await?;
-            if !self.buffered.is_empty() {
+            if self.has_returnable_records() {
                 return Ok(self.take_buffered());
             }
             if let Some(done) = self.completed.pop_front() {
@@ -616,9 +623,32 @@ impl Consumer {
         }
     }
 
+    /// Whether `poll` has buffered records to return (of partitions that are not paused).
+    fn has_returnable_records(&self) -> bool {
+        if self.paused_count == 0 {
+            return !self.buffered.is_empty();
+        }
+        let partitions = &self.partitions;
+        self.buffered.iter().any(|r| !is_paused(partitions, r))
+    }
+
     fn take_buffered(&mut self) -> Vec<ConsumerRecord> {
-        let n = self.buffered.len().min(self.config.max_poll_records);
-        let records: Vec<ConsumerRecord> = self.buffered.drain(..n).collect();
+        let n_max = self.config.max_poll_records;
+        let records: Vec<ConsumerRecord> = if self.paused_count == 0 {
+            let n = self.buffered.len().min(n_max);
+            self.buffered.drain(..n).collect()
+        } else {
+            let (mut taken, mut held) = (Vec::new(), VecDeque::new());
+            for record in self.buffered.drain(..) {
+                if taken.len() < n_max && !is_paused(&self.partitions, &record) {
+                    taken.push(record);
+                } else {
+                    held.push_back(record);
+                }
+            }
+            self.buffered = held;
+            taken
+        };
         for record in &records {
             let tp = TopicPartition::new(&*record.topic, record.partition);
             if let Some(state) = self.partitions.get_mut(&tp) {
@@ -630,6 +660,51 @@ impl Consumer {
             }
         }
         records
+    }
+
+    /// Stops fetching `partitions` and holds back their buffered records until [`resume`];
+    /// membership and heartbeats go on (a group member stays in its group). Positions do not
+    /// move. A partition that is revoked or unassigned is no longer paused.
+    ///
+    /// [`resume`]: Consumer::resume
+    pub fn pause(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        self.set_paused(partitions, true)
+    }
+
+    /// Fetches `partitions` again after [`pause`](Consumer::pause).
+    pub fn resume(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        self.set_paused(partitions, false)
+    }
+
+    /// The paused partitions.
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        self.partitions
+            .iter()
+            .filter(|(_, s)| s.paused)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    fn set_paused(&mut self, partitions: &[TopicPartition], paused: bool) -> Result<()> {
+        if let Some(tp) = partitions
+            .iter()
+            .find(|tp| !self.partitions.contains_key(tp))
+        {
+            return Err(ClientError::InvalidArgument(format!(
+                "partition {tp} is not assigned"
+            )));
+        }
+        for tp in partitions {
+            if let Some(state) = self.partitions.get_mut(tp) {
+                state.paused = paused;
+            }
+        }
+        self.recount_paused();
+        Ok(())
+    }
+
+    fn recount_paused(&mut self) {
+        self.paused_count = self.partitions.values().filter(|s| s.paused).count();
     }
 
     /// Refreshes metadata when asked to and resets partitions without a position.
@@ -701,7 +776,9 @@ impl Consumer {
         let shard_aware = self.core.config.shard_aware;
         let mut by_addr: BTreeMap<String, Vec<(TopicPartition, u64, i64)>> = BTreeMap::new();
         for (tp, state) in &self.partitions {
-            let Some(_) = state.position else { continue };
+            if state.position.is_none() || state.paused {
+                continue;
+            }
             match metadata.leader_addr(&tp.topic, tp.partition, shard_aware) {
                 Some(addr) => by_addr.entry(addr.to_string()).or_default().push((
                     tp.clone(),
@@ -844,6 +921,12 @@ impl Consumer {
             _ => Err(error),
         }
     }
+}
+
+fn is_paused(partitions: &BTreeMap<TopicPartition, PartitionState>, r: &ConsumerRecord) -> bool {
+    partitions
+        .get(&TopicPartition::new(&*r.topic, r.partition))
+        .is_some_and(|s| s.paused)
 }
 
 /// The Fetch request for `partitions` (topic-partition, generation, fetch offset).

@@ -358,6 +358,9 @@ pub struct MemberDescription {
     pub client_host: String,
     /// Partitions the member owns now.
     pub assignment: Vec<TopicPartition>,
+    /// Partitions the coordinator wants the member to own (differs from `assignment` while
+    /// the member reconciles).
+    pub target_assignment: Vec<TopicPartition>,
 }
 
 /// A described consumer group.

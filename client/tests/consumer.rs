@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use borges_client::{
     ClientConfig, ClientError, Consumer, ConsumerConfig, Offset, OffsetReset, Producer,
-    ProducerConfig, ProducerRecord,
+    ProducerConfig, ProducerRecord, TopicPartition,
 };
 use common::*;
 
@@ -165,4 +165,73 @@ async fn earliest_reset_reads_everything_and_assign_and_subscribe_exclude_each_o
     let err = member.assign(vec![tp("reset", 0)]).await.unwrap_err();
     assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
     member.close().await.unwrap();
+}
+
+/// A paused partition is neither fetched nor returned, also what is already buffered of it;
+/// resumed, it continues at its position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_partitions_return_nothing_until_resumed() {
+    // One core: one fetch response carries both partitions, so records of the partition
+    // paused below are already buffered when it is paused.
+    let broker = borges_testkit::BrokerProcess::start_with(borges_testkit::BrokerOptions {
+        cores: 1,
+        ..Default::default()
+    });
+    create_topic(&broker, "p", 2).await;
+    let producer = Producer::new(config(&broker), ProducerConfig::default())
+        .await
+        .unwrap();
+    for partition in 0..2 {
+        for i in 0..5 {
+            let record = ProducerRecord::new("p")
+                .partition(partition)
+                .value(format!("{partition}-{i}"));
+            producer.send(record).await.unwrap().await.unwrap();
+        }
+    }
+    producer.close().await.unwrap();
+    let one_at_a_time = ConsumerConfig {
+        max_poll_records: 1,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(config(&broker), one_at_a_time).await.unwrap();
+    let (p0, p1) = (tp("p", 0), tp("p", 1));
+    consumer.assign(vec![p0.clone(), p1.clone()]).await.unwrap();
+    for p in [&p0, &p1] {
+        consumer.seek(p, Offset::Beginning).await.unwrap();
+    }
+    // The first record's partition is paused with four more records of it buffered ahead of
+    // the other partition's.
+    let first = poll_values(&mut consumer, 1).await;
+    let paused = if first[0].1.starts_with("0-") {
+        &p0
+    } else {
+        &p1
+    };
+    let other = if paused == &p0 { &p1 } else { &p0 };
+    consumer.pause(std::slice::from_ref(paused)).unwrap();
+    assert_eq!(consumer.paused(), vec![paused.clone()]);
+    let values = |records: Vec<(i64, String)>| -> Vec<String> {
+        records.into_iter().map(|(_, v)| v).collect()
+    };
+    let named = |p: &TopicPartition, offsets: std::ops::Range<i32>| -> Vec<String> {
+        offsets.map(|i| format!("{}-{i}", p.partition)).collect()
+    };
+    assert_eq!(
+        values(poll_values(&mut consumer, 5).await),
+        named(other, 0..5)
+    );
+    // Long enough for a fetch of the paused partition to come back, had one been sent.
+    assert!(consumer
+        .poll(Duration::from_millis(500))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(consumer.position(paused), Some(1));
+    consumer.resume(std::slice::from_ref(paused)).unwrap();
+    assert_eq!(
+        values(poll_values(&mut consumer, 4).await),
+        named(paused, 1..5)
+    );
+    assert!(consumer.pause(&[tp("p", 9)]).is_err());
 }

@@ -199,3 +199,124 @@ async fn a_leaving_member_hands_its_partitions_over_and_offsets_survive_a_broker
     let admin = Admin::new(config(&broker)).await.unwrap();
     assert_eq!(admin.list_group_offsets("crew").await.unwrap(), before);
 }
+
+fn limited_member_config(
+    group: &str,
+    reset: OffsetReset,
+    max_poll_records: usize,
+) -> ConsumerConfig {
+    ConsumerConfig {
+        group_id: Some(group.into()),
+        auto_offset_reset: reset,
+        max_poll_records,
+        // Only the commits on revocation and close count here.
+        auto_commit_interval_ms: 3_600_000,
+        ..ConsumerConfig::default()
+    }
+}
+
+/// Polls until one non-empty batch arrived; returns its values.
+async fn first_batch(consumer: &mut Consumer) -> Vec<String> {
+    let guard = Instant::now() + Duration::from_secs(60);
+    loop {
+        let records = consumer.poll(Duration::from_millis(200)).await.unwrap();
+        if !records.is_empty() || Instant::now() > guard {
+            return records.iter().map(|r| text(&r.value)).collect();
+        }
+    }
+}
+
+/// `close` commits the position of every assigned partition, also those the member reached no
+/// record in (their reset position), and nothing past what `poll` returned: a member that
+/// starts at the latest offsets after it continues exactly where the first stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_commits_the_position_of_every_assigned_partition() {
+    let broker = broker();
+    create_topic(&broker, "t", 4).await;
+    produce(&broker, "t", 0, 400).await;
+    let config = limited_member_config("g", OffsetReset::Earliest, 150);
+    let mut first = Consumer::new(common::config(&broker), config)
+        .await
+        .unwrap();
+    first.subscribe(&["t"]).await.unwrap();
+    let read = first_batch(&mut first).await;
+    assert!(!read.is_empty() && read.len() <= 150, "{}", read.len());
+    first.close().await.unwrap();
+    let admin = Admin::new(common::config(&broker)).await.unwrap();
+    let committed = admin.list_group_offsets("g").await.unwrap();
+    assert_eq!(
+        committed.len(),
+        4,
+        "every partition committed: {committed:?}"
+    );
+    assert_eq!(
+        committed.iter().map(|(_, o)| *o as usize).sum::<usize>(),
+        read.len(),
+        "exactly what poll returned"
+    );
+
+    let config = limited_member_config("g", OffsetReset::Latest, 500);
+    let mut second = Consumer::new(common::config(&broker), config)
+        .await
+        .unwrap();
+    second.subscribe(&["t"]).await.unwrap();
+    let rest = read_values(&mut second, 400 - read.len()).await;
+    second.close().await.unwrap();
+    let all: HashSet<&String> = read.iter().chain(&rest).collect();
+    assert_eq!(rest.len(), 400 - read.len());
+    assert_eq!(all.len(), 400, "every record once");
+}
+
+/// On revocation a member commits the positions of the partitions it gives up (reset
+/// positions included, for the partitions it reached no record in), so their new owner, which
+/// would otherwise start at the latest offsets, continues exactly there: every record reaches
+/// the group once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocation_commits_the_positions_of_the_revoked_partitions() {
+    let broker = broker();
+    create_topic(&broker, "t", 4).await;
+    produce(&broker, "t", 0, 400).await;
+    let config = limited_member_config("g", OffsetReset::Earliest, 50);
+    let mut first = Consumer::new(common::config(&broker), config)
+        .await
+        .unwrap();
+    first.subscribe(&["t"]).await.unwrap();
+    // At most 50 records, so at least three partitions are reached by none; then the member
+    // reads nothing more until the coordinator took two partitions from it.
+    let mut by_first = first_batch(&mut first).await;
+    first.pause(&first.assignment()).unwrap();
+    let config = limited_member_config("g", OffsetReset::Latest, 50);
+    let mut second = Consumer::new(common::config(&broker), config)
+        .await
+        .unwrap();
+    second.subscribe(&["t"]).await.unwrap();
+    let guard = Instant::now() + Duration::from_secs(60);
+    let mut by_second = Vec::new();
+    while first.assignment().len() != 2 && Instant::now() < guard {
+        assert!(first
+            .poll(Duration::from_millis(50))
+            .await
+            .unwrap()
+            .is_empty());
+        for r in second.poll(Duration::from_millis(50)).await.unwrap() {
+            by_second.push(text(&r.value));
+        }
+    }
+    assert_eq!(first.assignment().len(), 2, "two partitions were revoked");
+    first.resume(&first.assignment()).unwrap();
+    while by_first.len() + by_second.len() < 400 && Instant::now() < guard {
+        for r in first.poll(Duration::from_millis(50)).await.unwrap() {
+            by_first.push(text(&r.value));
+        }
+        for r in second.poll(Duration::from_millis(50)).await.unwrap() {
+            by_second.push(text(&r.value));
+        }
+    }
+    assert_eq!(first.assignment().len(), 2, "the partitions were split");
+    assert_eq!(second.assignment().len(), 2);
+    first.close().await.unwrap();
+    second.close().await.unwrap();
+    let all: HashSet<&String> = by_first.iter().chain(&by_second).collect();
+    assert_eq!(all.len(), 400, "every record reached the group");
+    assert_eq!(by_first.len() + by_second.len(), 400, "and only once");
+}
