@@ -7,9 +7,9 @@ use anyhow::{anyhow, bail, Context};
 use std::collections::BTreeMap;
 
 use borges_client::{
-    Acks, Admin, AlterConfig, ClientConfig, Compression, Consumer, ConsumerConfig, DeliveryFuture,
-    NewTopic, Offset, OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord,
-    TopicPartition,
+    Acks, Admin, AlterConfig, ClientConfig, Compression, Consumer, ConsumerConfig, ConsumerRecord,
+    DeliveryFuture, NewTopic, Offset, OffsetReset, OffsetSpec, Producer, ProducerConfig,
+    ProducerRecord, TopicPartition,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
@@ -218,7 +218,8 @@ async fn consume_in_group(
         } else {
             OffsetReset::Latest
         },
-        enable_auto_commit: false,
+        // Positions are committed after every printed batch, on revocation and on close.
+        enable_auto_commit: true,
         session_timeout_ms: args.session_timeout_ms,
         ..ConsumerConfig::default()
     };
@@ -249,7 +250,10 @@ fn start_offset(args: &ConsumeArgs) -> anyhow::Result<Offset> {
 }
 
 /// Polls and prints until `--max-messages` records or `--timeout-ms` without a record.
-/// With `commit`, the offsets after the printed records are committed after each poll.
+/// With `commit`, the group's positions are committed after each poll: the offset after the
+/// last printed record of every partition, and the reset position of partitions that had no
+/// record yet. Records that `poll` returned but were not printed (the `--max-messages` cut,
+/// a closed pipe) are given back with `seek`, so nothing is committed past what was printed.
 async fn print_records(
     consumer: &mut Consumer,
     args: &ConsumeArgs,
@@ -279,24 +283,29 @@ async fn print_records(
         if !records.is_empty() {
             last_record = Instant::now();
         }
-        let mut next: BTreeMap<TopicPartition, i64> = BTreeMap::new();
-        for record in records.iter().take((max - printed) as usize) {
+        let wanted = records.len().min((max - printed) as usize);
+        let mut written = 0;
+        let mut pipe_closed = false;
+        for record in &records[..wanted] {
             if let Err(e) = writeln!(out, "{}", record_line(record, fields)) {
-                return broken_pipe_is_fine(e, printed);
+                pipe_closed = broken_pipe(e)?;
+                break;
             }
-            printed += 1;
-            next.insert(
-                TopicPartition::new(&*record.topic, record.partition),
-                record.offset + 1,
-            );
+            written += 1;
         }
-        if let Err(e) = out.flush() {
-            return broken_pipe_is_fine(e, printed);
+        if !pipe_closed {
+            if let Err(e) = out.flush() {
+                pipe_closed = broken_pipe(e)?;
+            }
         }
-        if commit && !next.is_empty() {
-            let offsets: Vec<(TopicPartition, i64)> = next.into_iter().collect();
+        printed += written as u64;
+        give_back(consumer, &records[written..]).await?;
+        if pipe_closed {
+            break;
+        }
+        if commit && !records.is_empty() {
             consumer
-                .commit_offsets_sync(&offsets)
+                .commit_sync()
                 .await
                 .context("committing the printed records")?;
         }
@@ -304,9 +313,26 @@ async fn print_records(
     Ok(printed)
 }
 
-fn broken_pipe_is_fine(e: std::io::Error, printed: u64) -> anyhow::Result<u64> {
+/// Moves each partition's position back to its first record in `unprinted` (records `poll`
+/// returned that were not printed), so that they are neither lost nor committed.
+async fn give_back(consumer: &mut Consumer, unprinted: &[ConsumerRecord]) -> anyhow::Result<()> {
+    let mut first: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    for record in unprinted {
+        first
+            .entry(TopicPartition::new(&*record.topic, record.partition))
+            .or_insert(record.offset);
+    }
+    for (tp, offset) in first {
+        consumer.seek(&tp, Offset::At(offset)).await?;
+    }
+    Ok(())
+}
+
+/// `Ok(true)` for a closed pipe (`borges consume ... | head`), which ends the command
+/// normally; other write errors are failures.
+fn broken_pipe(e: std::io::Error) -> anyhow::Result<bool> {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
-        Ok(printed)
+        Ok(true)
     } else {
         Err(e.into())
     }

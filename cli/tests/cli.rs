@@ -418,7 +418,7 @@ fn consumer_groups_consume_commit_describe_reset_and_delete() {
     );
     assert_eq!(ok(borges(&broker, &["group", "list"], None)), "audit-svc\n");
 
-    // The consumer committed what it printed and left: no members, no lag.
+    // The consumer committed its positions and left: no members, no lag.
     ok(borges(
         &broker,
         &["produce", "orders", "--key-separator", ":"],
@@ -453,11 +453,18 @@ fn consumer_groups_consume_commit_describe_reset_and_delete() {
         table[1],
         ["audit-svc", "orders", "0", "4", "6", "2", "-", "-", "-"]
     );
+    // Partitions the member reached no record in are committed at their reset position.
+    for p in ["1", "2"] {
+        assert_eq!(
+            table[p.parse::<usize>().unwrap() + 1],
+            ["audit-svc", "orders", p, "0", "0", "0", "-", "-", "-"]
+        );
+    }
     assert_eq!(
-        table[2],
+        table[4],
         ["audit-svc", "orders", "3", "2", "2", "0", "-", "-", "-"]
     );
-    assert_eq!(table.len(), 3);
+    assert_eq!(table.len(), 5);
     // Columns are aligned: every line has its fields at the header's positions.
     let column = lines[3].find("LOG-END-OFFSET").unwrap();
     assert_eq!(&lines[4][column..column + 1], "6");
