@@ -14,17 +14,19 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use borges_protocol::frame::{Frame, FrameDecoder, FrameHeader};
-use borges_protocol::{DecodeError, ErrorCode};
+use borges_protocol::DecodeError;
 use borges_runtime::net::TcpStream;
 use borges_runtime::sync::{Notify, StaticPermit};
-use borges_runtime::task::{self, Task};
+use borges_runtime::task;
 use borges_runtime::time;
 use bytes::BytesMut;
 use thiserror::Error;
 
+use crate::admission::RequestMemoryError;
 use crate::config::FetchSendMode;
-use crate::core::Core;
+use crate::dispatch::ResponseTask;
 use crate::failure::Failure;
+use crate::shard::Shard;
 use crate::types::SendChunk;
 use crate::wire::{self, Response};
 
@@ -41,8 +43,8 @@ enum CloseReason {
     Read(std::io::Error),
     #[error("undecodable frame")]
     UndecodableFrame,
-    #[error("request memory: {0}")]
-    RequestMemory(String),
+    #[error(transparent)]
+    RequestMemory(RequestMemoryError),
 }
 
 /// Bytes read from a socket at once when no frame size is known yet.
@@ -102,9 +104,6 @@ impl ReadBuffer {
     }
 }
 
-/// A request being completed; resolves to the response to write (none for acks=0 produces).
-pub type ResponseTask = Task<Option<Response>>;
-
 /// Requests in flight on one connection, in order. Lives on the connection's core.
 struct InFlight {
     queue: RefCell<VecDeque<ResponseTask>>,
@@ -146,37 +145,16 @@ impl InFlight {
     }
 }
 
-/// Counts a connection on its core for as long as it lives.
-struct ConnectionGuard(Rc<Core>);
-
-impl Drop for ConnectionGuard {
-    fn drop(&mut self) {
-        self.0
-            .connections
-            .set(self.0.connections.get().saturating_sub(1));
-        self.0
-            .metrics
-            .connections_closed
-            .set(self.0.metrics.connections_closed.get() + 1);
-        self.0.connection_closed.notify_all();
-    }
-}
-
 /// Serves one accepted connection until it closes.
-pub async fn serve(core: Rc<Core>, stream: TcpStream) {
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    if core.connections.get() >= core.connections_max {
-        refuse(&core, stream).await;
-        return;
-    }
-    core.connections.set(core.connections.get() + 1);
-    core.metrics
-        .connections_opened
-        .set(core.metrics.connections_opened.get() + 1);
-    let _guard = ConnectionGuard(core.clone());
+    let _guard = match shard.admission().admit() {
+        Ok(guard) => guard,
+        Err(refusal) => return refuse(stream, &refusal).await,
+    };
     let writer_stream = match stream.try_clone() {
         Ok(s) => s,
         Err(e) => {
@@ -186,23 +164,21 @@ pub async fn serve(core: Rc<Core>, stream: TcpStream) {
     };
     let in_flight = Rc::new(InFlight {
         queue: RefCell::new(VecDeque::new()),
-        capacity: core.config.limits.in_flight_requests_per_connection_max as usize,
+        capacity: shard.config().limits.in_flight_requests_per_connection_max as usize,
         changed: Notify::default(),
         closed: std::cell::Cell::new(false),
     });
-    let writer = task::spawn(write_loop(core.clone(), writer_stream, in_flight.clone()));
+    let writer = task::spawn(write_loop(shard.clone(), writer_stream, in_flight.clone()));
     let peer_host: Rc<str> = Rc::from(peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h));
-    if let Err(reason) = read_loop(&core, stream, &in_flight, &peer_host).await {
+    if let Err(reason) = read_loop(&shard, stream, &in_flight, &peer_host).await {
         tracing::debug!(%peer, "closing connection: {reason}");
     }
     in_flight.close();
     writer.await;
 }
 
-async fn refuse(core: &Rc<Core>, mut stream: TcpStream) {
-    core.metrics
-        .connections_refused
-        .set(core.metrics.connections_refused.get() + 1);
+/// Answers a connection over the core's limit with an ErrorResponse and closes it.
+async fn refuse(mut stream: TcpStream, refusal: &Failure) {
     let header = FrameHeader::new(0, 0, 0, 0, 0, 0).unwrap_or(FrameHeader {
         frame_size_bytes: 24,
         header_size_bytes: 24,
@@ -213,33 +189,24 @@ async fn refuse(core: &Rc<Core>, mut stream: TcpStream) {
         message_size_bytes: 0,
         header_crc32c: 0,
     });
-    let r = wire::error_response(
-        &header,
-        &Failure::new(
-            ErrorCode::TooManyConnections,
-            format!(
-                "core {} already has {} connections",
-                core.id, core.connections_max
-            ),
-        ),
-    );
+    let r = wire::error_response(&header, refusal);
     let _ = stream.write_all(&r.head).await;
     let _ = stream.shutdown().await;
 }
 
 async fn read_loop(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     mut stream: TcpStream,
     in_flight: &InFlight,
     peer: &Rc<str>,
 ) -> Result<(), CloseReason> {
-    let limits = &core.config.limits;
+    let limits = &shard.config().limits;
     let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
     let mut decoder = FrameDecoder::new(limits.frame_size_bytes_max);
     let mut rb = ReadBuffer::new();
     let mut permit: Option<StaticPermit> = None;
     loop {
-        if core.shutting_down.get() {
+        if shard.lifecycle().is_shutting_down() {
             return Err(CloseReason::ShuttingDown);
         }
         match decoder.decode(&mut rb.buf) {
@@ -248,15 +215,15 @@ async fn read_loop(
                 rb.consumed(frame.header.frame_size_bytes as usize);
                 let permit = match permit.take() {
                     Some(p) => p,
-                    None => acquire(core, frame_size(&frame)).await?,
+                    None => acquire(shard, frame_size(&frame)).await?,
                 };
-                let task = crate::dispatch::request(core, frame, permit, peer).await;
+                let task = crate::dispatch::request(shard, frame, permit, peer).await;
                 in_flight.push(task).await;
                 continue;
             }
             Ok(None) => {}
             Err(e) => {
-                reject_stream(core, in_flight, &rb.buf, e).await;
+                reject_stream(shard, in_flight, &rb.buf, e).await;
                 return Err(CloseReason::UndecodableFrame);
             }
         }
@@ -264,14 +231,14 @@ async fn read_loop(
         let want = match total {
             Some(total) => {
                 if permit.is_none() {
-                    permit = Some(acquire(core, total as u64).await?);
+                    permit = Some(acquire(shard, total as u64).await?);
                 }
                 total.saturating_sub(rb.buf.len()).max(1)
             }
             None => READ_CHUNK_BYTES,
         };
         let start = rb.buf.len();
-        let read = read_some(core, &mut stream, rb.prepare(want, total), idle).await;
+        let read = read_some(shard, &mut stream, rb.prepare(want, total), idle).await;
         match read {
             Ok(0) => {
                 rb.commit(start, 0);
@@ -279,9 +246,10 @@ async fn read_loop(
             }
             Ok(n) => {
                 rb.commit(start, n);
-                core.metrics
+                shard
+                    .metrics()
                     .bytes_received
-                    .set(core.metrics.bytes_received.get() + n as u64);
+                    .set(shard.metrics().bytes_received.get() + n as u64);
             }
             Err(e) => {
                 rb.commit(start, 0);
@@ -295,25 +263,26 @@ fn frame_size(frame: &Frame) -> u64 {
     u64::from(frame.header.frame_size_bytes)
 }
 
-async fn acquire(core: &Rc<Core>, bytes: u64) -> Result<StaticPermit, CloseReason> {
-    core.request_memory
-        .acquire_static_permit(bytes)
+async fn acquire(shard: &Rc<Shard>, bytes: u64) -> Result<StaticPermit, CloseReason> {
+    shard
+        .admission()
+        .request_memory(bytes)
         .await
-        .map_err(|e| CloseReason::RequestMemory(e.to_string()))
+        .map_err(CloseReason::RequestMemory)
 }
 
 /// Reads, giving up after `idle` without bytes or when the broker starts shutting down.
 async fn read_some(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     stream: &mut TcpStream,
     buf: &mut [u8],
     idle: Duration,
 ) -> Result<usize, CloseReason> {
-    let seen = core.shutdown.generation();
+    let seen = shard.lifecycle().shutdown().generation();
     let read = futures_lite::future::or(
         async { Some(time::timeout(idle, stream.read(buf)).await) },
         async {
-            core.shutdown.changed_since(seen).await;
+            shard.lifecycle().shutdown().changed_since(seen).await;
             None
         },
     )
@@ -328,10 +297,16 @@ async fn read_some(
 
 /// Answers an undecodable frame with an ErrorResponse (correlation id when the header is
 /// readable, else 0) before the connection closes.
-async fn reject_stream(core: &Rc<Core>, in_flight: &InFlight, buf: &BytesMut, error: DecodeError) {
-    core.metrics
+async fn reject_stream(
+    shard: &Rc<Shard>,
+    in_flight: &InFlight,
+    buf: &BytesMut,
+    error: DecodeError,
+) {
+    shard
+        .metrics()
         .malformed_frames
-        .set(core.metrics.malformed_frames.get() + 1);
+        .set(shard.metrics().malformed_frames.get() + 1);
     let header = FrameHeader::decode(buf, u32::MAX)
         .ok()
         .and_then(|h| FrameHeader::new(h.api_key, h.api_version, 0, h.correlation_id, 0, 0))
@@ -344,13 +319,13 @@ async fn reject_stream(core: &Rc<Core>, in_flight: &InFlight, buf: &BytesMut, er
         .await;
 }
 
-async fn write_loop(core: Rc<Core>, mut stream: TcpStream, in_flight: Rc<InFlight>) {
-    let copy_mode = core.config.fetch.send_mode == FetchSendMode::Copy;
+async fn write_loop(shard: Rc<Shard>, mut stream: TcpStream, in_flight: Rc<InFlight>) {
+    let copy_mode = shard.config().fetch.send_mode == FetchSendMode::Copy;
     while let Some(task) = in_flight.pop().await {
         let Some(response) = task.await else {
             continue;
         };
-        if let Err(e) = write_response(&core, &mut stream, response, copy_mode).await {
+        if let Err(e) = write_response(&shard, &mut stream, response, copy_mode).await {
             tracing::debug!("write failed, closing connection: {e}");
             break;
         }
@@ -359,7 +334,7 @@ async fn write_loop(core: Rc<Core>, mut stream: TcpStream, in_flight: Rc<InFligh
 }
 
 async fn write_response(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     stream: &mut TcpStream,
     response: Response,
     _copy_mode: bool,
@@ -380,16 +355,18 @@ async fn write_response(
                 flush_vectored(stream, &mut pending).await?;
                 stream.send_file(fd, position, length, true).await?;
                 total += length;
-                core.metrics
+                shard
+                    .metrics()
                     .bytes_sendfile
-                    .set(core.metrics.bytes_sendfile.get() + length);
+                    .set(shard.metrics().bytes_sendfile.get() + length);
             }
         }
     }
     flush_vectored(stream, &mut pending).await?;
-    core.metrics
+    shard
+        .metrics()
         .bytes_sent
-        .set(core.metrics.bytes_sent.get() + total);
+        .set(shard.metrics().bytes_sent.get() + total);
     Ok(())
 }
 

@@ -6,6 +6,9 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -14,15 +17,13 @@ use borges_runtime::sync::Semaphore;
 use borges_runtime::task;
 use futures_channel::oneshot;
 
-use crate::core::Core;
 use crate::error::BrokerError;
 use crate::failure::Failure;
 use crate::metadata::{
     check_topic_name, MetadataChange, MetadataImage, MetadataStore, PartitionRecord, TopicRecord,
     Uuid, CONSUMER_OFFSETS_TOPIC,
 };
-use crate::router::CoreMessage;
-use crate::topic_config;
+use crate::topic_config::{self, TopicConfigError};
 
 /// A topic to create.
 #[derive(Debug, Clone)]
@@ -100,200 +101,458 @@ pub enum ControllerRequest {
     },
 }
 
-/// Controller state on core 0.
+/// What the controller needs from the broker it runs in. Narrow on purpose: the controller
+/// becomes the Raft-replicated metadata quorum, which publishes images to brokers instead of
+/// to the cores of its own process.
+pub trait ControllerHost {
+    /// Pushes `image` to every core and resolves once each has applied it.
+    fn publish(&self, image: Arc<MetadataImage>) -> LocalFuture<'_, Result<(), BrokerError>>;
+    /// Checks topic config overrides against the broker's settings.
+    fn check_topic_configs(
+        &self,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), TopicConfigError>;
+}
+
+/// A future that stays on its core.
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// The broker settings the controller uses, as plain values.
+#[derive(Debug, Clone)]
+pub struct ControllerSettings {
+    /// Where the metadata store lives.
+    pub data_dir: PathBuf,
+    /// Cores partitions are placed on.
+    pub cores: u16,
+    /// Topics in the cluster at most.
+    pub topics_max: u32,
+    /// Partitions per topic at most.
+    pub partitions_per_topic_max: u32,
+    /// Partitions of a topic created with -1.
+    pub default_partitions: u32,
+    /// Partitions of `__consumer_offsets`.
+    pub offsets_topic_partitions: u32,
+}
+
+/// Controller state. Lives on core 0.
 pub struct Controller {
+    settings: ControllerSettings,
     store: RefCell<Option<MetadataStore>>,
     /// One metadata change at a time.
     lock: Rc<Semaphore>,
 }
 
-impl Default for Controller {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Controller {
     /// A controller without a loaded store.
-    pub fn new() -> Controller {
+    pub fn new(settings: ControllerSettings) -> Controller {
         Controller {
+            settings,
             store: RefCell::new(None),
             lock: Rc::new(Semaphore::new(1)),
         }
     }
 }
 
-fn controller(core: &Core) -> &Controller {
-    core.controller
-        .as_ref()
-        .expect("controller requests are only executed on core 0")
-}
-
-/// Loads the metadata store (creating it on first start) and pushes it to every core.
-pub async fn load(core: &Rc<Core>) -> Result<(), BrokerError> {
-    let data_dir = core.config.data_dir.clone();
-    let cores = core.cores as u16;
-    let store =
-        task::spawn_blocking(move || MetadataStore::load_or_create(&data_dir, cores)).await?;
-    let image = store.image();
-    tracing::info!(
-        path = %store.path().display(),
-        topics = image.topics.len(),
-        revision = image.revision,
-        "metadata loaded"
-    );
-    *controller(core).store.borrow_mut() = Some(store);
-    let image = if image.topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
-        image
-    } else {
-        commit(
-            core,
-            MetadataChange::CreateTopic(offsets_topic(core, &image)),
-        )
-        .await?
-    };
-    broadcast(core, image).await
-}
-
-/// The internal topic that stores committed offsets.
-fn offsets_topic(core: &Core, image: &MetadataImage) -> TopicRecord {
-    let partitions = core.config.groups.offsets_topic_partitions as usize;
-    let mut configs = BTreeMap::new();
-    // Kept until compaction exists: every commit is a record and none may be lost.
-    configs.insert("retention.ms".to_string(), "-1".to_string());
-    configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
-    configs.insert("durability".to_string(), "fsync".to_string());
-    TopicRecord {
-        name: CONSUMER_OFFSETS_TOPIC.to_string(),
-        id: Uuid::random(),
-        internal: true,
-        configs,
-        partitions: image
-            .place(partitions)
-            .into_iter()
-            .map(|core| PartitionRecord {
-                core,
-                leader_epoch: 0,
-                replicas: vec![0],
-            })
-            .collect(),
+impl Controller {
+    /// Loads the metadata store (creating it on first start) and pushes it to every core.
+    pub async fn load(&self, host: &dyn ControllerHost) -> Result<(), BrokerError> {
+        let data_dir = self.settings.data_dir.clone();
+        let cores = self.settings.cores;
+        let store =
+            task::spawn_blocking(move || MetadataStore::load_or_create(&data_dir, cores)).await?;
+        let image = store.image();
+        tracing::info!(
+            path = %store.path().display(),
+            topics = image.topics.len(),
+            revision = image.revision,
+            "metadata loaded"
+        );
+        *self.store.borrow_mut() = Some(store);
+        let image = if image.topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
+            image
+        } else {
+            self.commit(MetadataChange::CreateTopic(self.offsets_topic(&image)))
+                .await?
+        };
+        host.publish(image).await
     }
-}
 
-/// Pushes an image to every core (this one included) and waits for all of them.
-pub async fn broadcast(core: &Rc<Core>, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
-    core.on_every_core(core.apply_metadata(image.clone()), |reply| {
-        CoreMessage::ApplyMetadata {
-            image: image.clone(),
-            reply,
-        }
-    })
-    .await
-}
-
-/// Persists a change (on a blocking thread) and returns the new image.
-async fn commit(core: &Rc<Core>, change: MetadataChange) -> Result<Arc<MetadataImage>, Failure> {
-    let store = controller(core).store.borrow_mut().take();
-    let Some(mut store) = store else {
-        return Err(Failure::new(
-            ErrorCode::CoordinatorLoadInProgress,
-            "metadata is not loaded yet",
-        ));
-    };
-    let (store, result) = task::spawn_blocking(move || {
-        let r = store.commit(&change);
-        (store, r)
-    })
-    .await;
-    *controller(core).store.borrow_mut() = Some(store);
-    result.map_err(|e| Failure::new(ErrorCode::StorageError, e.to_string()))
-}
-
-fn current(core: &Core) -> Arc<MetadataImage> {
-    controller(core)
-        .store
-        .borrow()
-        .as_ref()
-        .map(|s| s.image())
-        .unwrap_or_else(|| core.image())
-}
-
-/// Executes a controller request and replies.
-pub async fn execute(core: &Rc<Core>, request: ControllerRequest) {
-    let lock = controller(core).lock.clone();
-    let _permit = lock.acquire_static_permit(1).await;
-    match request {
-        ControllerRequest::CreateTopics {
-            topics,
-            validate_only,
-            reply,
-        } => {
-            let _ = reply.send(create_topics(core, topics, validate_only).await);
-        }
-        ControllerRequest::DeleteTopics { names, reply } => {
-            let _ = reply.send(delete_topics(core, names).await);
-        }
-        ControllerRequest::AlterConfigs {
-            resources,
-            validate_only,
-            reply,
-        } => {
-            let _ = reply.send(alter_configs(core, resources, validate_only).await);
-        }
-        ControllerRequest::CreatePartitions {
-            topics,
-            validate_only,
-            reply,
-        } => {
-            let _ = reply.send(create_partitions(core, topics, validate_only).await);
+    /// The internal topic that stores committed offsets.
+    fn offsets_topic(&self, image: &MetadataImage) -> TopicRecord {
+        let partitions = self.settings.offsets_topic_partitions as usize;
+        let mut configs = BTreeMap::new();
+        // Kept until compaction exists: every commit is a record and none may be lost.
+        configs.insert("retention.ms".to_string(), "-1".to_string());
+        configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
+        configs.insert("durability".to_string(), "fsync".to_string());
+        TopicRecord {
+            name: CONSUMER_OFFSETS_TOPIC.to_string(),
+            id: Uuid::random(),
+            internal: true,
+            configs,
+            partitions: image
+                .place(partitions)
+                .into_iter()
+                .map(|core| PartitionRecord {
+                    core,
+                    leader_epoch: 0,
+                    replicas: vec![0],
+                })
+                .collect(),
         }
     }
-}
 
-/// Sends a controller request to core 0 (or runs it here) and waits for its results.
-pub async fn call<T>(
-    core: &Rc<Core>,
-    make: impl FnOnce(oneshot::Sender<Results<T>>) -> ControllerRequest,
-) -> Result<Results<T>, Failure> {
-    let (tx, rx) = oneshot::channel();
-    let request = make(tx);
-    if core.id == 0 {
-        execute(core, request).await;
-    } else {
-        core.send(0, CoreMessage::Controller(request)).await;
+    /// Persists a change (on a blocking thread) and returns the new image.
+    async fn commit(&self, change: MetadataChange) -> Result<Arc<MetadataImage>, Failure> {
+        let store = self.store.borrow_mut().take();
+        let Some(mut store) = store else {
+            return Err(Failure::new(
+                ErrorCode::CoordinatorLoadInProgress,
+                "metadata is not loaded yet",
+            ));
+        };
+        let (store, result) = task::spawn_blocking(move || {
+            let r = store.commit(&change);
+            (store, r)
+        })
+        .await;
+        *self.store.borrow_mut() = Some(store);
+        result.map_err(|e| Failure::new(ErrorCode::StorageError, e.to_string()))
     }
-    crate::router::await_reply(rx).await
-}
 
-/// Applies `changes` in order (persisting each), then pushes the final image to every core.
-/// Each change's slot receives the commit's failure, or the broadcast's failure.
-async fn commit_all<T: Clone>(
-    core: &Rc<Core>,
-    changes: Vec<(usize, MetadataChange, T)>,
-    results: &mut [Result<T, Failure>],
-) {
-    let mut last = None;
-    let mut committed = Vec::new();
-    for (i, change, ok) in changes {
-        match commit(core, change).await {
-            Ok(image) => {
-                last = Some(image);
-                results[i] = Ok(ok);
-                committed.push(i);
+    fn current(&self) -> Arc<MetadataImage> {
+        self.store
+            .borrow()
+            .as_ref()
+            .map(|s| s.image())
+            .unwrap_or_else(|| Arc::new(MetadataImage::new(self.settings.cores)))
+    }
+
+    /// Executes a controller request and replies.
+    pub async fn execute(&self, host: &dyn ControllerHost, request: ControllerRequest) {
+        let lock = self.lock.clone();
+        let _permit = lock.acquire_static_permit(1).await;
+        match request {
+            ControllerRequest::CreateTopics {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let _ = reply.send(self.create_topics(host, topics, validate_only).await);
             }
-            Err(f) => results[i] = Err(f),
+            ControllerRequest::DeleteTopics { names, reply } => {
+                let _ = reply.send(self.delete_topics(host, names).await);
+            }
+            ControllerRequest::AlterConfigs {
+                resources,
+                validate_only,
+                reply,
+            } => {
+                let _ = reply.send(self.alter_configs(host, resources, validate_only).await);
+            }
+            ControllerRequest::CreatePartitions {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let _ = reply.send(self.create_partitions(host, topics, validate_only).await);
+            }
         }
     }
-    if let Some(image) = last {
-        if let Err(e) = broadcast(core, image).await {
-            tracing::error!("applying metadata on cores failed: {e}");
-            for i in committed {
+
+    /// Applies `changes` in order (persisting each), then pushes the final image to every core.
+    /// Each change's slot receives the commit's failure, or the broadcast's failure.
+    async fn commit_all<T: Clone>(
+        &self,
+        host: &dyn ControllerHost,
+        changes: Vec<(usize, MetadataChange, T)>,
+        results: &mut [Result<T, Failure>],
+    ) {
+        let mut last = None;
+        let mut committed = Vec::new();
+        for (i, change, ok) in changes {
+            match self.commit(change).await {
+                Ok(image) => {
+                    last = Some(image);
+                    results[i] = Ok(ok);
+                    committed.push(i);
+                }
+                Err(f) => results[i] = Err(f),
+            }
+        }
+        if let Some(image) = last {
+            if let Err(e) = host.publish(image).await {
+                tracing::error!("applying metadata on cores failed: {e}");
+                for i in committed {
+                    results[i] = Err(Failure::new(
+                        ErrorCode::StorageError,
+                        format!("metadata committed but not applied on every core: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+
+    async fn create_topics(
+        &self,
+        host: &dyn ControllerHost,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    ) -> Results<TopicCreated> {
+        let mut results = pending(topics.len());
+        let mut image = (*self.current()).clone();
+        let mut changes = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (i, t) in topics.into_iter().enumerate() {
+            if !seen.insert(t.name.clone()) {
                 results[i] = Err(Failure::new(
-                    ErrorCode::StorageError,
-                    format!("metadata committed but not applied on every core: {e}"),
+                    ErrorCode::InvalidRequest,
+                    format!("topic {:?} appears twice in the request", t.name),
                 ));
+                continue;
+            }
+            match self.new_topic_record(host, &image, &t) {
+                Err(f) => results[i] = Err(f),
+                Ok(record) => {
+                    let created = TopicCreated {
+                        id: record.id,
+                        num_partitions: record.partitions.len() as i32,
+                        replication_factor: 1,
+                        configs: record.configs.clone(),
+                    };
+                    if validate_only {
+                        results[i] = Ok(created);
+                        continue;
+                    }
+                    let change = MetadataChange::CreateTopic(record);
+                    match image.apply(&change) {
+                        Ok(next) => image = next,
+                        Err(e) => {
+                            results[i] =
+                                Err(Failure::new(ErrorCode::InvalidRequest, e.to_string()));
+                            continue;
+                        }
+                    }
+                    changes.push((i, change, created));
+                }
             }
         }
+        self.commit_all(host, changes, &mut results).await;
+        results
+    }
+
+    fn new_topic_record(
+        &self,
+        host: &dyn ControllerHost,
+        image: &MetadataImage,
+        t: &NewTopic,
+    ) -> Result<TopicRecord, Failure> {
+        let limits = &self.settings;
+        check_topic_name(&t.name)
+            .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
+        if image.topics.contains_key(&t.name) {
+            return Err(Failure::new(
+                ErrorCode::TopicAlreadyExists,
+                format!("topic {:?} already exists", t.name),
+            ));
+        }
+        if image.topics.len() as u32 >= limits.topics_max {
+            return Err(Failure::new(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "the cluster already has limits.topics_max = {} topics",
+                    limits.topics_max
+                ),
+            ));
+        }
+        let partitions = if t.num_partitions == -1 {
+            self.settings.default_partitions as i32
+        } else {
+            t.num_partitions
+        };
+        if partitions < 1 || partitions as u32 > limits.partitions_per_topic_max {
+            return Err(Failure::new(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "partition count {partitions} must be between 1 and {} (limits.partitions_per_topic_max)",
+                    limits.partitions_per_topic_max
+                ),
+            ));
+        }
+        if !matches!(t.replication_factor, -1 | 1) {
+            return Err(Failure::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!(
+                    "replication factor {} is larger than the 1 broker available",
+                    t.replication_factor
+                ),
+            ));
+        }
+        let configs: BTreeMap<String, String> = t
+            .configs
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
+            .collect();
+        host.check_topic_configs(&configs)
+            .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e.to_string()))?;
+        let cores = image.place(partitions as usize);
+        Ok(TopicRecord {
+            name: t.name.clone(),
+            id: Uuid::random(),
+            internal: false,
+            configs,
+            partitions: cores
+                .into_iter()
+                .map(|core| PartitionRecord {
+                    core,
+                    leader_epoch: 0,
+                    replicas: vec![0],
+                })
+                .collect(),
+        })
+    }
+
+    async fn delete_topics(&self, host: &dyn ControllerHost, names: Vec<String>) -> Results<()> {
+        let mut results = pending(names.len());
+        let mut image = (*self.current()).clone();
+        let mut changes = Vec::new();
+        for (i, name) in names.into_iter().enumerate() {
+            let Some(t) = image.topics.get(&name) else {
+                results[i] = Err(Failure::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                ));
+                continue;
+            };
+            if t.internal {
+                results[i] = Err(Failure::new(
+                    ErrorCode::InvalidTopicOperation,
+                    format!("{name} is internal and cannot be deleted"),
+                ));
+                continue;
+            }
+            let change = MetadataChange::DeleteTopic { name };
+            if let Ok(next) = image.apply(&change) {
+                image = next;
+            }
+            changes.push((i, change, ()));
+        }
+        self.commit_all(host, changes, &mut results).await;
+        results
+    }
+
+    async fn alter_configs(
+        &self,
+        host: &dyn ControllerHost,
+        resources: Vec<(String, Vec<ConfigOp>)>,
+        validate_only: bool,
+    ) -> Results<()> {
+        let mut results = pending(resources.len());
+        let mut image = (*self.current()).clone();
+        let mut changes = Vec::new();
+        for (i, (name, ops)) in resources.into_iter().enumerate() {
+            let Some(t) = image.topics.get(&name) else {
+                results[i] = Err(Failure::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                ));
+                continue;
+            };
+            let mut configs = t.configs.clone();
+            for op in ops {
+                match op {
+                    ConfigOp::Set(k, v) => {
+                        configs.insert(k, v);
+                    }
+                    ConfigOp::Delete(k) => {
+                        if topic_config::doc(&k).is_none() {
+                            results[i] = Err(Failure::new(
+                                ErrorCode::InvalidConfig,
+                                format!("unknown topic config {k:?}"),
+                            ));
+                        }
+                        configs.remove(&k);
+                    }
+                }
+            }
+            if results[i]
+                .as_ref()
+                .is_err_and(|f| f.code == ErrorCode::InvalidConfig)
+            {
+                continue;
+            }
+            if let Err(e) = host.check_topic_configs(&configs) {
+                results[i] = Err(Failure::new(ErrorCode::InvalidConfig, e.to_string()));
+                continue;
+            }
+            if validate_only {
+                results[i] = Ok(());
+                continue;
+            }
+            let change = MetadataChange::SetTopicConfigs { name, configs };
+            if let Ok(next) = image.apply(&change) {
+                image = next;
+            }
+            changes.push((i, change, ()));
+        }
+        self.commit_all(host, changes, &mut results).await;
+        results
+    }
+
+    async fn create_partitions(
+        &self,
+        host: &dyn ControllerHost,
+        topics: Vec<(String, i32)>,
+        validate_only: bool,
+    ) -> Results<()> {
+        let mut results = pending(topics.len());
+        let mut image = (*self.current()).clone();
+        let mut changes = Vec::new();
+        let max = self.settings.partitions_per_topic_max;
+        for (i, (name, count)) in topics.into_iter().enumerate() {
+            let Some(t) = image.topics.get(&name) else {
+                results[i] = Err(Failure::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("topic {name:?} does not exist"),
+                ));
+                continue;
+            };
+            let have = t.partitions.len() as i32;
+            if t.internal {
+                results[i] = Err(Failure::new(
+                    ErrorCode::InvalidTopicOperation,
+                    format!("{name} is internal"),
+                ));
+                continue;
+            }
+            if count <= have || count as u32 > max {
+                results[i] = Err(Failure::new(
+                    ErrorCode::InvalidPartitions,
+                    format!("topic {name:?} has {have} partitions; the new count must be larger and at most {max}"),
+                ));
+                continue;
+            }
+            if validate_only {
+                results[i] = Ok(());
+                continue;
+            }
+            let partitions = image
+                .place((count - have) as usize)
+                .into_iter()
+                .map(|core| PartitionRecord {
+                    core,
+                    leader_epoch: 0,
+                    replicas: vec![0],
+                })
+                .collect();
+            let change = MetadataChange::AddPartitions { name, partitions };
+            if let Ok(next) = image.apply(&change) {
+                image = next;
+            }
+            changes.push((i, change, ()));
+        }
+        self.commit_all(host, changes, &mut results).await;
+        results
     }
 }
 
@@ -301,261 +560,4 @@ fn pending<T>(n: usize) -> Vec<Result<T, Failure>> {
     (0..n)
         .map(|_| Err(Failure::new(ErrorCode::UnknownServerError, "not processed")))
         .collect()
-}
-
-async fn create_topics(
-    core: &Rc<Core>,
-    topics: Vec<NewTopic>,
-    validate_only: bool,
-) -> Results<TopicCreated> {
-    let mut results = pending(topics.len());
-    let mut image = (*current(core)).clone();
-    let mut changes = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for (i, t) in topics.into_iter().enumerate() {
-        if !seen.insert(t.name.clone()) {
-            results[i] = Err(Failure::new(
-                ErrorCode::InvalidRequest,
-                format!("topic {:?} appears twice in the request", t.name),
-            ));
-            continue;
-        }
-        match new_topic_record(core, &image, &t) {
-            Err(f) => results[i] = Err(f),
-            Ok(record) => {
-                let created = TopicCreated {
-                    id: record.id,
-                    num_partitions: record.partitions.len() as i32,
-                    replication_factor: 1,
-                    configs: record.configs.clone(),
-                };
-                if validate_only {
-                    results[i] = Ok(created);
-                    continue;
-                }
-                let change = MetadataChange::CreateTopic(record);
-                match image.apply(&change) {
-                    Ok(next) => image = next,
-                    Err(e) => {
-                        results[i] = Err(Failure::new(ErrorCode::InvalidRequest, e.to_string()));
-                        continue;
-                    }
-                }
-                changes.push((i, change, created));
-            }
-        }
-    }
-    commit_all(core, changes, &mut results).await;
-    results
-}
-
-fn new_topic_record(
-    core: &Core,
-    image: &MetadataImage,
-    t: &NewTopic,
-) -> Result<TopicRecord, Failure> {
-    let limits = &core.config.limits;
-    check_topic_name(&t.name)
-        .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
-    if image.topics.contains_key(&t.name) {
-        return Err(Failure::new(
-            ErrorCode::TopicAlreadyExists,
-            format!("topic {:?} already exists", t.name),
-        ));
-    }
-    if image.topics.len() as u32 >= limits.topics_max {
-        return Err(Failure::new(
-            ErrorCode::LimitExceeded,
-            format!(
-                "the cluster already has limits.topics_max = {} topics",
-                limits.topics_max
-            ),
-        ));
-    }
-    let partitions = if t.num_partitions == -1 {
-        core.config.log.num_partitions as i32
-    } else {
-        t.num_partitions
-    };
-    if partitions < 1 || partitions as u32 > limits.partitions_per_topic_max {
-        return Err(Failure::new(
-            ErrorCode::InvalidPartitions,
-            format!(
-                "partition count {partitions} must be between 1 and {} (limits.partitions_per_topic_max)",
-                limits.partitions_per_topic_max
-            ),
-        ));
-    }
-    if !matches!(t.replication_factor, -1 | 1) {
-        return Err(Failure::new(
-            ErrorCode::InvalidReplicationFactor,
-            format!(
-                "replication factor {} is larger than the 1 broker available",
-                t.replication_factor
-            ),
-        ));
-    }
-    let configs: BTreeMap<String, String> = t
-        .configs
-        .iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
-        .collect();
-    topic_config::validate(&configs, &core.config)
-        .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e.to_string()))?;
-    let cores = image.place(partitions as usize);
-    Ok(TopicRecord {
-        name: t.name.clone(),
-        id: Uuid::random(),
-        internal: false,
-        configs,
-        partitions: cores
-            .into_iter()
-            .map(|core| PartitionRecord {
-                core,
-                leader_epoch: 0,
-                replicas: vec![0],
-            })
-            .collect(),
-    })
-}
-
-async fn delete_topics(core: &Rc<Core>, names: Vec<String>) -> Results<()> {
-    let mut results = pending(names.len());
-    let mut image = (*current(core)).clone();
-    let mut changes = Vec::new();
-    for (i, name) in names.into_iter().enumerate() {
-        let Some(t) = image.topics.get(&name) else {
-            results[i] = Err(Failure::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic {name:?} does not exist"),
-            ));
-            continue;
-        };
-        if t.internal {
-            results[i] = Err(Failure::new(
-                ErrorCode::InvalidTopicOperation,
-                format!("{name} is internal and cannot be deleted"),
-            ));
-            continue;
-        }
-        let change = MetadataChange::DeleteTopic { name };
-        if let Ok(next) = image.apply(&change) {
-            image = next;
-        }
-        changes.push((i, change, ()));
-    }
-    commit_all(core, changes, &mut results).await;
-    results
-}
-
-async fn alter_configs(
-    core: &Rc<Core>,
-    resources: Vec<(String, Vec<ConfigOp>)>,
-    validate_only: bool,
-) -> Results<()> {
-    let mut results = pending(resources.len());
-    let mut image = (*current(core)).clone();
-    let mut changes = Vec::new();
-    for (i, (name, ops)) in resources.into_iter().enumerate() {
-        let Some(t) = image.topics.get(&name) else {
-            results[i] = Err(Failure::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic {name:?} does not exist"),
-            ));
-            continue;
-        };
-        let mut configs = t.configs.clone();
-        for op in ops {
-            match op {
-                ConfigOp::Set(k, v) => {
-                    configs.insert(k, v);
-                }
-                ConfigOp::Delete(k) => {
-                    if topic_config::doc(&k).is_none() {
-                        results[i] = Err(Failure::new(
-                            ErrorCode::InvalidConfig,
-                            format!("unknown topic config {k:?}"),
-                        ));
-                    }
-                    configs.remove(&k);
-                }
-            }
-        }
-        if results[i]
-            .as_ref()
-            .is_err_and(|f| f.code == ErrorCode::InvalidConfig)
-        {
-            continue;
-        }
-        if let Err(e) = topic_config::validate(&configs, &core.config) {
-            results[i] = Err(Failure::new(ErrorCode::InvalidConfig, e.to_string()));
-            continue;
-        }
-        if validate_only {
-            results[i] = Ok(());
-            continue;
-        }
-        let change = MetadataChange::SetTopicConfigs { name, configs };
-        if let Ok(next) = image.apply(&change) {
-            image = next;
-        }
-        changes.push((i, change, ()));
-    }
-    commit_all(core, changes, &mut results).await;
-    results
-}
-
-async fn create_partitions(
-    core: &Rc<Core>,
-    topics: Vec<(String, i32)>,
-    validate_only: bool,
-) -> Results<()> {
-    let mut results = pending(topics.len());
-    let mut image = (*current(core)).clone();
-    let mut changes = Vec::new();
-    let max = core.config.limits.partitions_per_topic_max;
-    for (i, (name, count)) in topics.into_iter().enumerate() {
-        let Some(t) = image.topics.get(&name) else {
-            results[i] = Err(Failure::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic {name:?} does not exist"),
-            ));
-            continue;
-        };
-        let have = t.partitions.len() as i32;
-        if t.internal {
-            results[i] = Err(Failure::new(
-                ErrorCode::InvalidTopicOperation,
-                format!("{name} is internal"),
-            ));
-            continue;
-        }
-        if count <= have || count as u32 > max {
-            results[i] = Err(Failure::new(
-                ErrorCode::InvalidPartitions,
-                format!("topic {name:?} has {have} partitions; the new count must be larger and at most {max}"),
-            ));
-            continue;
-        }
-        if validate_only {
-            results[i] = Ok(());
-            continue;
-        }
-        let partitions = image
-            .place((count - have) as usize)
-            .into_iter()
-            .map(|core| PartitionRecord {
-                core,
-                leader_epoch: 0,
-                replicas: vec![0],
-            })
-            .collect();
-        let change = MetadataChange::AddPartitions { name, partitions };
-        if let Ok(next) = image.apply(&change) {
-            image = next;
-        }
-        changes.push((i, change, ()));
-    }
-    commit_all(core, changes, &mut results).await;
-    results
 }

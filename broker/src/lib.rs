@@ -1,28 +1,34 @@
 //! The Borges broker: a thread-per-core server. See docs/ARCHITECTURE.md.
 //!
-//! - [`server`]: start-up, executors, listeners, shutdown.
-//! - `core`: one core's state (its partitions, metadata copy, outboxes).
-//! - `router`: cross-core messages and outboxes.
-//! - `connection`, `dispatch`, `handlers`: requests from the wire to the owning core and back.
-//! - `controller`, [`metadata`]: metadata changes (core 0) and the persisted store.
-//! - `metrics`: per-core metrics and the Prometheus endpoint.
+//! Modules, from the leaves up (each names only modules before it):
+//! - `types`, `failure`, [`metadata`], `error`, `metrics`, [`config`], `topic_config`: plain
+//!   values, error types, the metadata image and store, per-core counters.
+//! - `lifecycle`, `admission`, `mesh`: one core's serving/shutdown state, its connections and
+//!   listeners, its outboxes to the other cores.
+//! - `partition`: the partitions a core owns (append, read, long poll, offsets).
+//! - `groups`, `controller`: consumer-group coordinators and metadata changes (core 0).
+//! - `shard`: one core's services and the messages between cores.
+//! - `wire`, `handlers`, `dispatch`, `connection`: requests from the wire to the shard and back.
+//! - [`server`]: start-up, executors, listeners, shutdown; [`cli`]: `borges broker`.
 
+mod admission;
 pub mod cli;
 pub mod config;
 mod connection;
 mod controller;
-mod core;
 mod dispatch;
 mod error;
 mod failure;
 mod groups;
 mod handlers;
+mod lifecycle;
 mod logging;
+mod mesh;
 pub mod metadata;
 mod metrics;
 mod partition;
-mod router;
 mod server;
+mod shard;
 mod topic_config;
 mod types;
 mod wire;

@@ -1,7 +1,7 @@
 //! The server: checks the machine, starts one executor per core, brings the cores up in order
 //! (metadata, partitions, listeners, serving), and shuts them down cleanly on SIGTERM/SIGINT.
 //!
-//! Core 0 orchestrates start-up and shutdown over the same cross-core messages the data path
+//! Shard 0 orchestrates start-up and shutdown over the same cross-core messages the data path
 //! uses, so there is one way for cores to talk to each other.
 
 use std::fs::File;
@@ -18,14 +18,13 @@ use borges_runtime::net::{TcpListener, TcpStream};
 use borges_runtime::{task, time};
 use borges_storage::{CoreStorage, StorageConfig};
 
+use crate::admission::core_port;
 use crate::config::BrokerConfig;
-use crate::core::{self, Core};
 use crate::error::BrokerError;
-use crate::router::CoreMessage;
+use crate::lifecycle::LifecycleMessage;
+use crate::shard::{Shard, ShardMessage};
 use crate::types::CoreEndpoint;
 
-/// How long shutdown waits for in-flight requests before closing connections.
-const SHUTDOWN_GRACE_MS: u64 = 10_000;
 /// How often core 0 checks for a shutdown signal.
 const SIGNAL_POLL_MS: u64 = 50;
 
@@ -85,7 +84,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         stall_guard_idle_us: runtime.stall_guard_idle_us,
         ..ExecutorConfig::default()
     };
-    let mut ends: Vec<Option<MeshEndpoints<Vec<CoreMessage>>>> =
+    let mut ends: Vec<Option<MeshEndpoints<Vec<ShardMessage>>>> =
         channel::mesh(cores, shared.config.limits.cross_core_queue_depth_max)
             .into_iter()
             .map(Some)
@@ -175,17 +174,6 @@ fn check_addresses_free(config: &BrokerConfig, cores: usize) -> Result<(), Broke
     Ok(())
 }
 
-/// Core `core`'s own port: `core_port_base + core`, or the listen port + 1 + core when unset;
-/// `Some(0)` lets the system choose; `None` when it overflows.
-fn core_port(listen: SocketAddr, core_port_base: Option<u16>, core: usize) -> Option<u16> {
-    let core = u16::try_from(core).ok()?;
-    match core_port_base {
-        None => listen.port().checked_add(1)?.checked_add(core),
-        Some(0) => Some(0),
-        Some(base) => base.checked_add(core),
-    }
-}
-
 fn check_io_uring() -> Result<(), BrokerError> {
     match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
         Ok(v) if v.trim() == "2" => Err(BrokerError::Config(
@@ -228,7 +216,7 @@ fn storage_config(config: &BrokerConfig) -> StorageConfig {
 
 async fn core_main(
     id: usize,
-    end: Option<MeshEndpoints<Vec<CoreMessage>>>,
+    end: Option<MeshEndpoints<Vec<ShardMessage>>>,
     shared: Arc<Shared>,
 ) -> Result<(), BrokerError> {
     let Some(end) = end else {
@@ -251,34 +239,27 @@ async fn core_main(
         }
     };
     tracing::debug!(core = id, "storage ready");
-    let core = Core::new(id, config, storage, &senders);
-    for outbox in core.outboxes.iter().flatten() {
-        task::spawn(outbox.clone().run(senders.clone())).detach();
-    }
-    for inbox in receivers {
-        task::spawn(core::run_inbox(core.clone(), inbox)).detach();
-    }
-    task::spawn(tick_logs(core.clone())).detach();
+    let shard = Shard::new(id, senders.cores(), config, storage);
+    shard.start(&senders, receivers);
+    task::spawn(accept_when_serving(shard.clone())).detach();
     let result = if id == 0 {
-        let r = orchestrate(&core, &shared).await;
+        let r = orchestrate(&shard, &shared).await;
         if r.is_err() {
             shared.fatal.store(true, Ordering::SeqCst);
         }
         r
     } else {
-        wait_until_stopped(&core, &shared).await;
+        wait_until_stopped(&shard, &shared).await;
         Ok(())
     };
-    for outbox in core.outboxes.iter().flatten() {
-        outbox.close();
-    }
+    shard.mesh().close();
     senders.close();
     result
 }
 
 /// Core 0: start-up, serving until a signal, shutdown.
-async fn orchestrate(core: &Rc<Core>, shared: &Shared) -> Result<(), BrokerError> {
-    let startup = start_all(core).await;
+async fn orchestrate(shard: &Rc<Shard>, shared: &Shared) -> Result<(), BrokerError> {
+    let startup = start_all(shard).await;
     if let Err(e) = &startup {
         tracing::error!("start-up failed: {e}");
     } else {
@@ -287,18 +268,21 @@ async fn orchestrate(core: &Rc<Core>, shared: &Shared) -> Result<(), BrokerError
         }
         tracing::info!("shutting down: finishing in-flight requests");
     }
-    let stopped = shutdown_all(core).await;
+    let stopped = shutdown_all(shard).await;
     startup.and(stopped)
 }
 
-async fn start_all(core: &Rc<Core>) -> Result<(), BrokerError> {
-    crate::controller::load(core).await?;
-    let mut endpoints = Vec::with_capacity(core.cores);
-    for to in 0..core.cores {
-        let addr = if to == core.id {
-            bind(core)?
+/// Core 0: loads the metadata and opens every core's partitions, binds every core's
+/// listeners, then lets every core serve.
+async fn start_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
+    shard.load_metadata().await?;
+    let mut endpoints = Vec::with_capacity(shard.cores());
+    for to in 0..shard.cores() {
+        let addr = if to == shard.id() {
+            shard.bind()?
         } else {
-            core.ask(to, |reply| CoreMessage::Bind { reply }).await??
+            let bind = |reply| ShardMessage::Lifecycle(LifecycleMessage::Bind { reply });
+            shard.mesh().ask(to, bind).await??
         };
         endpoints.push(CoreEndpoint {
             core: to as u16,
@@ -306,19 +290,20 @@ async fn start_all(core: &Rc<Core>) -> Result<(), BrokerError> {
         });
     }
     let endpoints = Arc::new(endpoints);
-    for to in 0..core.cores {
-        if to == core.id {
-            serve(core, endpoints.clone());
+    for to in 0..shard.cores() {
+        if to == shard.id() {
+            shard.serve(endpoints.clone());
         } else {
             let endpoints = endpoints.clone();
-            core.ask(to, |reply| CoreMessage::Serve { endpoints, reply })
-                .await?;
+            let serve =
+                |reply| ShardMessage::Lifecycle(LifecycleMessage::Serve { endpoints, reply });
+            shard.mesh().ask(to, serve).await?;
         }
     }
-    let metrics_addr = start_metrics(core)?;
-    write_ready_file(core, &endpoints, metrics_addr).await?;
+    let metrics_addr = start_metrics(shard)?;
+    write_ready_file(shard, &endpoints, metrics_addr).await?;
     tracing::info!(
-        listen = %core.config.listen,
+        listen = %shard.config().listen,
         cores = ?endpoints.iter().map(|e| e.addr.to_string()).collect::<Vec<_>>(),
         metrics = ?metrics_addr.map(|a| a.to_string()),
         "serving"
@@ -326,151 +311,69 @@ async fn start_all(core: &Rc<Core>) -> Result<(), BrokerError> {
     Ok(())
 }
 
-async fn wait_until_stopped(core: &Rc<Core>, shared: &Shared) {
+async fn wait_until_stopped(shard: &Rc<Shard>, shared: &Shared) {
+    let stopped = shard.lifecycle().stopped();
     loop {
-        let seen = core.stopped.generation();
+        let seen = stopped.generation();
         if seen > 0 || shared.fatal.load(Ordering::SeqCst) {
             return;
         }
-        time::timeout(Duration::from_millis(100), core.stopped.changed_since(seen)).await;
+        time::timeout(Duration::from_millis(100), stopped.changed_since(seen)).await;
     }
 }
 
-/// Binds this core's listeners (the shared main address and its own port); returns its own
-/// address.
-pub fn bind(core: &Rc<Core>) -> Result<SocketAddr, BrokerError> {
-    let listen: SocketAddr = core
-        .config
-        .listen
-        .parse()
-        .map_err(|e| BrokerError::Config(format!("listen {:?}: {e}", core.config.listen)))?;
-    let main = TcpListener::bind(listen).map_err(|source| BrokerError::Io {
-        context: format!("binding {listen}"),
-        cause: source,
-    })?;
-    let port = core_port(listen, core.config.core_port_base, core.id)
-        .ok_or_else(|| BrokerError::Config("per-core port overflows 65535".into()))?;
-    let own_addr = SocketAddr::new(listen.ip(), port);
-    let own = TcpListener::bind_exclusive(own_addr).map_err(|source| BrokerError::Io {
-        context: format!("binding core port {own_addr} (core {} of the per-core ports; set core_port_base to move them)", core.id),
-        cause: source,
-    })?;
-    let bound = own.local_addr().map_err(|source| BrokerError::Io {
-        context: format!("reading the address of {own_addr}"),
-        cause: source,
-    })?;
-    *core.listeners.borrow_mut() = vec![main, own];
-    Ok(bound)
-}
-
-/// Starts accepting connections on this core's listeners.
-pub fn serve(core: &Rc<Core>, endpoints: Arc<Vec<CoreEndpoint>>) {
-    *core.endpoints.borrow_mut() = endpoints;
-    for listener in core.listeners.borrow_mut().drain(..) {
-        task::spawn(accept_loop(core.clone(), listener)).detach();
+/// Once the shard may serve, accepts connections on its listeners.
+async fn accept_when_serving(shard: Rc<Shard>) {
+    let serving = shard.lifecycle().serving();
+    if serving.generation() == 0 {
+        serving.changed_since(0).await;
+    }
+    for listener in shard.admission().take_listeners() {
+        task::spawn(accept_loop(shard.clone(), listener)).detach();
     }
 }
 
-async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    let lifecycle = shard.lifecycle().clone();
     loop {
-        let seen = core.shutdown.generation();
-        if core.shutting_down.get() {
+        let seen = lifecycle.shutdown().generation();
+        if lifecycle.is_shutting_down() {
             return;
         }
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            core.shutdown.changed_since(seen).await;
+            lifecycle.shutdown().changed_since(seen).await;
             None
         })
         .await;
         match accepted {
             None => return,
             Some(Ok(stream)) => {
-                task::spawn(crate::connection::serve(core.clone(), stream)).detach();
+                task::spawn(crate::connection::serve(shard.clone(), stream)).detach();
             }
             Some(Err(e)) => {
-                tracing::warn!(core = core.id, "accept failed: {e}");
+                tracing::warn!(core = shard.id(), "accept failed: {e}");
                 time::sleep(Duration::from_millis(10)).await;
             }
         }
     }
 }
 
-/// Ticks every partition log of a core: segment rolls by time, retention, checkpoints.
-async fn tick_logs(core: Rc<Core>) {
-    let s = &core.config.storage;
-    let period = s
-        .retention_check_interval_ms
-        .min(s.recovery_checkpoint_interval_ms)
-        .max(10);
-    loop {
-        time::sleep(Duration::from_millis(period)).await;
-        if core.shutting_down.get() {
-            return;
-        }
-        let now = time::now_ms();
-        for p in core.partitions.all() {
-            if let Err(e) = p.tick(now).await {
-                tracing::error!(topic = %p.id().topic, partition = p.id().partition, "log maintenance failed: {e}");
-            }
-            task::yield_now().await;
-        }
-    }
-}
-
-async fn shutdown_all(core: &Rc<Core>) -> Result<(), BrokerError> {
-    core.on_every_core(shutdown_core(core), |reply| CoreMessage::Shutdown { reply })
-        .await
-}
-
-/// Stops this core: no new connections or requests, in-flight requests finish (up to a grace
-/// period), then every partition log is flushed, synced and closed with its clean-shutdown
-/// marker.
-pub async fn shutdown_core(core: &Rc<Core>) -> Result<(), BrokerError> {
-    core.shutting_down.set(true);
-    core.shutdown.notify_all();
-    let grace = Duration::from_millis(SHUTDOWN_GRACE_MS);
-    let drained = time::timeout(grace, async {
-        loop {
-            let seen = core.connection_closed.generation();
-            if core.connections.get() == 0 {
-                return;
-            }
-            core.connection_closed.changed_since(seen).await;
-        }
-    })
-    .await;
-    if drained.is_none() {
-        tracing::warn!(
-            core = core.id,
-            connections = core.connections.get(),
-            "connections still open after the grace period; closing logs anyway"
-        );
-    }
-    let mut errors = Vec::new();
-    for p in core.partitions.all() {
-        if let Err(source) = p.close().await {
-            errors.push(BrokerError::Partition {
-                action: "closing",
-                partition: p.id().to_string(),
-                cause: source,
-            });
-        }
-    }
-    core.stopped.notify_all();
-    BrokerError::from_many(errors).map_or(Ok(()), Err)
+async fn shutdown_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
+    let shutdown = |reply| ShardMessage::Lifecycle(LifecycleMessage::Shutdown { reply });
+    shard.mesh().on_every_core(shard.shutdown(), shutdown).await
 }
 
 async fn write_ready_file(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     endpoints: &[CoreEndpoint],
     metrics: Option<SocketAddr>,
 ) -> Result<(), BrokerError> {
-    let Some(path) = core.config.ready_file.clone() else {
+    let Some(path) = shard.config().ready_file.clone() else {
         return Ok(());
     };
     let body = serde_json::json!({
         "pid": std::process::id(),
-        "listen": core.config.listen,
+        "listen": shard.config().listen,
         "cores": endpoints.iter().map(|e| serde_json::json!({"core": e.core, "addr": e.addr.to_string()})).collect::<Vec<_>>(),
         "metrics": metrics.map(|a| a.to_string()),
     });
@@ -485,12 +388,12 @@ async fn write_ready_file(
 }
 
 /// Serves the Prometheus endpoint on core 0.
-fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, BrokerError> {
-    if core.config.metrics_listen.is_empty() {
+fn start_metrics(shard: &Rc<Shard>) -> Result<Option<SocketAddr>, BrokerError> {
+    if shard.config().metrics_listen.is_empty() {
         return Ok(None);
     }
-    let addr: SocketAddr = core
-        .config
+    let addr: SocketAddr = shard
+        .config()
         .metrics_listen
         .parse()
         .map_err(|e| BrokerError::Config(format!("metrics_listen: {e}")))?;
@@ -502,21 +405,22 @@ fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, BrokerError> {
         context: format!("reading the address of {addr}"),
         cause: source,
     })?;
-    let core = core.clone();
+    let shard = shard.clone();
     task::spawn(async move {
+        let lifecycle = shard.lifecycle().clone();
         loop {
-            let seen = core.shutdown.generation();
-            if core.shutting_down.get() {
+            let seen = lifecycle.shutdown().generation();
+            if lifecycle.is_shutting_down() {
                 return;
             }
             let accepted =
                 futures_lite::future::or(async { Some(listener.accept().await) }, async {
-                    core.shutdown.changed_since(seen).await;
+                    lifecycle.shutdown().changed_since(seen).await;
                     None
                 })
                 .await;
             if let Some(Ok(stream)) = accepted {
-                task::spawn(serve_metrics(core.clone(), stream)).detach();
+                task::spawn(serve_metrics(shard.clone(), stream)).detach();
             }
         }
     })
@@ -527,7 +431,7 @@ fn start_metrics(core: &Rc<Core>) -> Result<Option<SocketAddr>, BrokerError> {
 /// Requests larger than this are not HTTP requests we answer.
 const METRICS_REQUEST_BYTES_MAX: usize = 8192;
 
-async fn serve_metrics(core: Rc<Core>, mut stream: TcpStream) {
+async fn serve_metrics(shard: Rc<Shard>, mut stream: TcpStream) {
     let mut buf = vec![0u8; METRICS_REQUEST_BYTES_MAX];
     let mut len = 0;
     while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
@@ -542,7 +446,7 @@ async fn serve_metrics(core: Rc<Core>, mut stream: TcpStream) {
     let request = String::from_utf8_lossy(&buf[..len]);
     let path = request.split_whitespace().nth(1).unwrap_or("");
     let (status, body) = match path {
-        "/metrics" => ("200 OK", gather_metrics(&core).await),
+        "/metrics" => ("200 OK", gather_metrics(&shard).await),
         "/healthz" => ("200 OK", "ok\n".to_string()),
         _ => ("404 Not Found", "not found; try /metrics\n".to_string()),
     };
@@ -555,14 +459,6 @@ async fn serve_metrics(core: Rc<Core>, mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
-async fn gather_metrics(core: &Rc<Core>) -> String {
-    let mut snapshots = Vec::with_capacity(core.cores);
-    for to in 0..core.cores {
-        if to == core.id {
-            snapshots.push(core.snapshot());
-        } else if let Ok(s) = core.ask(to, |reply| CoreMessage::Metrics { reply }).await {
-            snapshots.push(s);
-        }
-    }
-    crate::metrics::render(&snapshots)
+async fn gather_metrics(shard: &Rc<Shard>) -> String {
+    crate::metrics::render(&shard.gather_metrics().await)
 }

@@ -12,15 +12,17 @@ use borges_protocol::partitioner::partition_for_key;
 use borges_protocol::ErrorCode;
 use borges_runtime::{task, time};
 use bytes::BytesMut;
+use futures_channel::oneshot;
 
 use super::assignor::Assignment;
 use super::records::{OffsetKey, OffsetValue};
 use super::state::{Committed, Group, GroupLimits, Heartbeat, HeartbeatReply};
-use crate::core::Core;
+use crate::config::GroupSettings;
 use crate::error::BrokerError;
 use crate::failure::Failure;
+use crate::lifecycle::Lifecycle;
 use crate::metadata::{MetadataImage, CONSUMER_OFFSETS_TOPIC};
-use crate::partition;
+use crate::partition::{self, PartitionTable};
 use crate::types::{Acks, PartitionRef};
 
 /// Longest group id accepted.
@@ -142,8 +144,20 @@ pub enum GroupResponse {
     Delete(Result<(), Failure>),
 }
 
-/// The coordinator state of one core. Lives on one core.
+/// A group request and where its answer goes; executed on the group's coordinator core.
+pub struct GroupMessage {
+    /// The request.
+    pub request: GroupRequest,
+    /// The answer.
+    pub reply: oneshot::Sender<GroupResponse>,
+}
+
+/// The coordinator state of one core: the groups whose offsets partition it owns. Lives on one
+/// core.
 pub struct Coordinator {
+    core: usize,
+    partitions: Rc<PartitionTable>,
+    lifecycle: Rc<Lifecycle>,
     groups: RefCell<HashMap<String, Group>>,
     /// Offsets partitions of this core that are replayed and serving.
     loaded: RefCell<BTreeSet<u32>>,
@@ -186,9 +200,18 @@ pub fn check_group_id(group: &str) -> Result<(), Failure> {
 }
 
 impl Coordinator {
-    /// A coordinator with no groups.
-    pub fn new(config: &crate::config::GroupSettings) -> Coordinator {
+    /// A coordinator with no groups, for core `core`, appending to and replaying from the
+    /// offsets partitions in `partitions`.
+    pub fn new(
+        core: usize,
+        config: &GroupSettings,
+        partitions: Rc<PartitionTable>,
+        lifecycle: Rc<Lifecycle>,
+    ) -> Coordinator {
         Coordinator {
+            core,
+            partitions,
+            lifecycle,
             groups: RefCell::new(HashMap::new()),
             loaded: RefCell::new(BTreeSet::new()),
             limits: GroupLimits {
@@ -214,107 +237,368 @@ impl Coordinator {
         }
         out
     }
-}
 
-fn coordinator(core: &Core) -> &Coordinator {
-    &core.groups
-}
-
-/// Replays the offsets partitions this core owns and has not loaded yet; starts the session
-/// sweeper once. Called after every metadata change on this core.
-pub async fn load(core: &Rc<Core>) -> Result<(), BrokerError> {
-    let image = core.image();
-    let Some(topic) = image.topics.get(CONSUMER_OFFSETS_TOPIC) else {
-        return Ok(());
-    };
-    for (p, rec) in topic.partitions.iter().enumerate() {
-        if usize::from(rec.core) != core.id
-            || coordinator(core).loaded.borrow().contains(&(p as u32))
-        {
-            continue;
-        }
-        let records =
-            replay(core, p as u32)
-                .await
-                .map_err(|source| BrokerError::OffsetsReplay {
-                    partition: p as u32,
-                    cause: source,
-                })?;
-        coordinator(core).loaded.borrow_mut().insert(p as u32);
-        tracing::info!(
-            core = core.id,
-            partition = p,
-            records,
-            "offsets partition loaded"
-        );
-    }
-    if !coordinator(core).sweeping.replace(true) {
-        task::spawn(sweep(core.clone())).detach();
-    }
-    Ok(())
-}
-
-async fn replay(core: &Rc<Core>, partition: u32) -> Result<usize, Failure> {
-    let offsets = core.partitions.get(&offsets_ref(partition))?;
-    let mut offset = offsets.offsets().log_start_offset;
-    let mut applied = 0;
-    loop {
-        let hw = offsets.offsets().high_watermark;
-        if offset >= hw {
-            return Ok(applied);
-        }
-        let (bytes, _) = offsets.read_bytes(offset, REPLAY_READ_BYTES).await?;
-        let batches = RecordBatch::parse_many(&bytes)?;
-        if batches.is_empty() {
-            return Err(Failure::new(
-                ErrorCode::CorruptRecordBatch,
-                format!("no batch at offset {offset}"),
-            ));
-        }
-        for batch in batches {
-            for record in batch.records(64 << 20)? {
-                offset = record.offset + 1;
-                let Some(key) = record.key.as_deref().and_then(OffsetKey::decode) else {
-                    continue;
-                };
-                apply(
-                    core,
-                    key,
-                    record.value.as_deref().and_then(OffsetValue::decode),
-                );
-                applied += 1;
+    /// Replays the offsets partitions this core owns and has not loaded yet; starts the session
+    /// sweeper once. Called after every metadata change on this core.
+    pub async fn load(self: &Rc<Self>) -> Result<(), BrokerError> {
+        let image = self.partitions.image();
+        let Some(topic) = image.topics.get(CONSUMER_OFFSETS_TOPIC) else {
+            return Ok(());
+        };
+        for (p, rec) in topic.partitions.iter().enumerate() {
+            if usize::from(rec.core) != self.core || self.loaded.borrow().contains(&(p as u32)) {
+                continue;
             }
-            offset = offset.max(batch.last_offset() + 1);
+            let records =
+                self.replay(p as u32)
+                    .await
+                    .map_err(|source| BrokerError::OffsetsReplay {
+                        partition: p as u32,
+                        cause: source,
+                    })?;
+            self.loaded.borrow_mut().insert(p as u32);
+            tracing::info!(
+                core = self.core,
+                partition = p,
+                records,
+                "offsets partition loaded"
+            );
+        }
+        if !self.sweeping.replace(true) {
+            task::spawn(self.clone().sweep()).detach();
+        }
+        Ok(())
+    }
+
+    async fn replay(self: &Rc<Self>, partition: u32) -> Result<usize, Failure> {
+        let offsets = self.partitions.get(&offsets_ref(partition))?;
+        let mut offset = offsets.offsets().log_start_offset;
+        let mut applied = 0;
+        loop {
+            let hw = offsets.offsets().high_watermark;
+            if offset >= hw {
+                return Ok(applied);
+            }
+            let (bytes, _) = offsets.read_bytes(offset, REPLAY_READ_BYTES).await?;
+            let batches = RecordBatch::parse_many(&bytes)?;
+            if batches.is_empty() {
+                return Err(Failure::new(
+                    ErrorCode::CorruptRecordBatch,
+                    format!("no batch at offset {offset}"),
+                ));
+            }
+            for batch in batches {
+                for record in batch.records(64 << 20)? {
+                    offset = record.offset + 1;
+                    let Some(key) = record.key.as_deref().and_then(OffsetKey::decode) else {
+                        continue;
+                    };
+                    self.apply(key, record.value.as_deref().and_then(OffsetValue::decode));
+                    applied += 1;
+                }
+                offset = offset.max(batch.last_offset() + 1);
+            }
         }
     }
-}
 
-fn apply(core: &Core, key: OffsetKey, value: Option<OffsetValue>) {
-    let mut groups = coordinator(core).groups.borrow_mut();
-    match value {
-        Some(v) => {
-            groups
-                .entry(key.group.clone())
-                .or_insert_with(|| Group::new(&key.group))
-                .offsets
-                .insert(
-                    (key.topic, key.partition),
-                    Committed {
-                        offset: v.offset,
-                        leader_epoch: v.leader_epoch,
-                        metadata: v.metadata,
-                        commit_timestamp_ms: v.commit_timestamp_ms,
-                    },
-                );
-        }
-        None => {
-            if let Some(g) = groups.get_mut(&key.group) {
-                g.offsets.remove(&(key.topic, key.partition));
-                if g.is_disposable() {
-                    groups.remove(&key.group);
+    fn apply(&self, key: OffsetKey, value: Option<OffsetValue>) {
+        let mut groups = self.groups.borrow_mut();
+        match value {
+            Some(v) => {
+                groups
+                    .entry(key.group.clone())
+                    .or_insert_with(|| Group::new(&key.group))
+                    .offsets
+                    .insert(
+                        (key.topic, key.partition),
+                        Committed {
+                            offset: v.offset,
+                            leader_epoch: v.leader_epoch,
+                            metadata: v.metadata,
+                            commit_timestamp_ms: v.commit_timestamp_ms,
+                        },
+                    );
+            }
+            None => {
+                if let Some(g) = groups.get_mut(&key.group) {
+                    g.offsets.remove(&(key.topic, key.partition));
+                    if g.is_disposable() {
+                        groups.remove(&key.group);
+                    }
                 }
             }
         }
+    }
+
+    async fn sweep(self: Rc<Self>) {
+        loop {
+            time::sleep(Duration::from_millis(SWEEP_INTERVAL_MS)).await;
+            if self.lifecycle.is_shutting_down() {
+                return;
+            }
+            let now = Instant::now();
+            let mut groups = self.groups.borrow_mut();
+            for g in groups.values_mut() {
+                for id in g.expire(now) {
+                    tracing::info!(group = %g.id, member = %id, "member expired; reassigning its partitions");
+                }
+            }
+            groups.retain(|_, g| !g.is_disposable());
+        }
+    }
+
+    fn check_loaded(&self, group: &str) -> Result<u32, Failure> {
+        let image = self.partitions.image();
+        let (owner, p) = coordinator_core(&image, group)?;
+        if owner != self.core {
+            return Err(Failure::new(
+                ErrorCode::NotCoordinator,
+                format!("core {} does not coordinate group {group}", self.core),
+            ));
+        }
+        if !self.loaded.borrow().contains(&p) {
+            return Err(Failure::new(
+                ErrorCode::CoordinatorLoadInProgress,
+                "the coordinator is still replaying the offsets topic",
+            ));
+        }
+        Ok(p)
+    }
+
+    /// Executes a group request on this (the coordinator) core.
+    pub async fn execute(self: &Rc<Self>, request: GroupRequest) -> GroupResponse {
+        match request {
+            GroupRequest::Heartbeat { group, heartbeat } => {
+                GroupResponse::Heartbeat(self.heartbeat_one(&group, heartbeat))
+            }
+            GroupRequest::Commit {
+                group,
+                member_id,
+                member_epoch,
+                items,
+            } => GroupResponse::Commit(self.commit(&group, &member_id, member_epoch, items).await),
+            GroupRequest::Fetch { group, topics } => {
+                GroupResponse::Fetch(self.fetch(&group, topics))
+            }
+            GroupRequest::Describe { group } => GroupResponse::Describe(self.describe(&group)),
+            GroupRequest::List => GroupResponse::List(
+                self.groups
+                    .borrow()
+                    .values()
+                    .map(|g| (g.id.clone(), g.state().to_string()))
+                    .collect(),
+            ),
+            GroupRequest::Delete { group } => GroupResponse::Delete(self.delete(&group).await),
+        }
+    }
+
+    fn heartbeat_one(&self, group: &str, heartbeat: Heartbeat) -> Result<HeartbeatReply, Failure> {
+        check_group_id(group)?;
+        self.check_loaded(group)?;
+        let image = self.partitions.image();
+        let partitions_of = |t: &str| image.topics.get(t).map(|t| t.partitions.len());
+        let mut groups = self.groups.borrow_mut();
+        if heartbeat.member_epoch != 0 && !groups.contains_key(group) {
+            return Err(Failure::new(
+                ErrorCode::UnknownMemberId,
+                format!(
+                    "group {group} has no member {}; rejoin with epoch 0",
+                    heartbeat.member_id
+                ),
+            ));
+        }
+        let g = groups
+            .entry(group.to_string())
+            .or_insert_with(|| Group::new(group));
+        let reply = g.heartbeat(heartbeat, &self.limits, &partitions_of, Instant::now());
+        if g.is_disposable() {
+            groups.remove(group);
+        }
+        reply
+    }
+
+    async fn commit(
+        self: &Rc<Self>,
+        group: &str,
+        member_id: &str,
+        member_epoch: i32,
+        items: Vec<CommitItem>,
+    ) -> Result<Vec<Option<Failure>>, Failure> {
+        check_group_id(group)?;
+        let partition = self.check_loaded(group)?;
+        {
+            let groups = self.groups.borrow();
+            match groups.get(group) {
+                Some(g) => g.check_commit(member_id, member_epoch)?,
+                None if member_id.is_empty() => {}
+                None => {
+                    return Err(Failure::new(
+                        ErrorCode::UnknownMemberId,
+                        format!("group {group} has no member {member_id}"),
+                    ))
+                }
+            }
+        }
+        let now = time::now_ms();
+        let max = self.offset_metadata_bytes_max;
+        let mut results: Vec<Option<Failure>> = Vec::with_capacity(items.len());
+        let mut builder = BatchBuilder::new(BatchOptions::default(), 64 * items.len());
+        let mut accepted = Vec::new();
+        for item in items {
+            let metadata = item.metadata.clone().unwrap_or_default();
+            if metadata.len() > max {
+                results.push(Some(Failure::new(
+                    ErrorCode::OffsetMetadataTooLarge,
+                    format!("metadata of {} bytes exceeds {max}", metadata.len()),
+                )));
+                continue;
+            }
+            if item.offset < 0 {
+                results.push(Some(Failure::new(
+                    ErrorCode::InvalidRequest,
+                    format!("committed offset {} is negative", item.offset),
+                )));
+                continue;
+            }
+            let key = OffsetKey {
+                group: group.to_string(),
+                topic: item.topic.clone(),
+                partition: item.partition,
+            };
+            let value = OffsetValue {
+                offset: item.offset,
+                leader_epoch: item.leader_epoch,
+                metadata,
+                commit_timestamp_ms: now,
+            };
+            builder.push(now, Some(&key.encode()), Some(&value.encode()), &[]);
+            results.push(None);
+            accepted.push((key, value));
+        }
+        if !accepted.is_empty() {
+            self.append(partition, builder).await?;
+            for (key, value) in accepted {
+                self.apply(key, Some(value));
+            }
+        }
+        Ok(results)
+    }
+
+    /// Appends a batch to an offsets partition (the partitions' one append path, `acks=all`) and
+    /// waits until it is durable.
+    async fn append(self: &Rc<Self>, partition: u32, builder: BatchBuilder) -> Result<(), Failure> {
+        let bytes = builder
+            .build()
+            .map_err(|e| Failure::new(ErrorCode::UnknownServerError, e.to_string()))?;
+        let offsets = self.partitions.get(&offsets_ref(partition))?;
+        let batches = partition::validate(BytesMut::from(&bytes[..]), usize::MAX)?;
+        offsets
+            .append(batches, Acks::All)
+            .await?
+            .acknowledged(None)
+            .await
+            .map(|_| ())
+    }
+
+    fn fetch(
+        &self,
+        group: &str,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<(String, i32, Option<Committed>)>, Failure> {
+        check_group_id(group)?;
+        self.check_loaded(group)?;
+        let groups = self.groups.borrow();
+        let g = groups.get(group);
+        Ok(match topics {
+            None => g
+                .map(|g| {
+                    g.offsets
+                        .iter()
+                        .map(|((t, p), c)| (t.clone(), *p, Some(c.clone())))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Some(topics) => topics
+                .into_iter()
+                .flat_map(|(t, ps)| {
+                    ps.into_iter()
+                        .map(|p| {
+                            let c = g.and_then(|g| g.offsets.get(&(t.clone(), p)).cloned());
+                            (t.clone(), p, c)
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+        })
+    }
+
+    fn describe(&self, group: &str) -> Result<GroupView, Failure> {
+        check_group_id(group)?;
+        self.check_loaded(group)?;
+        let groups = self.groups.borrow();
+        let g = groups.get(group).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::GroupIdNotFound,
+                format!("group {group} does not exist"),
+            )
+        })?;
+        Ok(GroupView {
+            group_id: g.id.clone(),
+            state: g.state().to_string(),
+            epoch: g.epoch,
+            assignment_epoch: g.assignment_epoch,
+            members: g
+                .members
+                .values()
+                .map(|m| MemberView {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    member_epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    topics: m.topics.iter().cloned().collect(),
+                    assignment: m.owned.clone(),
+                    target: g.target.get(&m.id).cloned().unwrap_or_default(),
+                })
+                .collect(),
+        })
+    }
+
+    async fn delete(self: &Rc<Self>, group: &str) -> Result<(), Failure> {
+        check_group_id(group)?;
+        let partition = self.check_loaded(group)?;
+        let keys: Vec<(String, i32)> = {
+            let groups = self.groups.borrow();
+            let g = groups.get(group).ok_or_else(|| {
+                Failure::new(
+                    ErrorCode::GroupIdNotFound,
+                    format!("group {group} does not exist"),
+                )
+            })?;
+            if !g.members.is_empty() {
+                return Err(Failure::new(
+                    ErrorCode::NonEmptyGroup,
+                    format!("group {group} has {} active members", g.members.len()),
+                ));
+            }
+            g.offsets.keys().cloned().collect()
+        };
+        if !keys.is_empty() {
+            let now = time::now_ms();
+            let mut builder = BatchBuilder::new(BatchOptions::default(), 64 * keys.len());
+            for (topic, p) in &keys {
+                let key = OffsetKey {
+                    group: group.to_string(),
+                    topic: topic.clone(),
+                    partition: *p,
+                };
+                builder.push(now, Some(&key.encode()), None, &[]);
+            }
+            self.append(partition, builder).await?;
+        }
+        self.groups.borrow_mut().remove(group);
+        Ok(())
     }
 }
 
@@ -323,283 +607,4 @@ fn offsets_ref(partition: u32) -> PartitionRef {
         topic: CONSUMER_OFFSETS_TOPIC.into(),
         partition,
     }
-}
-
-async fn sweep(core: Rc<Core>) {
-    loop {
-        time::sleep(Duration::from_millis(SWEEP_INTERVAL_MS)).await;
-        if core.shutting_down.get() {
-            return;
-        }
-        let now = Instant::now();
-        let mut groups = coordinator(&core).groups.borrow_mut();
-        for g in groups.values_mut() {
-            for id in g.expire(now) {
-                tracing::info!(group = %g.id, member = %id, "member expired; reassigning its partitions");
-            }
-        }
-        groups.retain(|_, g| !g.is_disposable());
-    }
-}
-
-fn check_loaded(core: &Core, group: &str) -> Result<u32, Failure> {
-    let image = core.image();
-    let (owner, p) = coordinator_core(&image, group)?;
-    if owner != core.id {
-        return Err(Failure::new(
-            ErrorCode::NotCoordinator,
-            format!("core {} does not coordinate group {group}", core.id),
-        ));
-    }
-    if !coordinator(core).loaded.borrow().contains(&p) {
-        return Err(Failure::new(
-            ErrorCode::CoordinatorLoadInProgress,
-            "the coordinator is still replaying the offsets topic",
-        ));
-    }
-    Ok(p)
-}
-
-/// Executes a group request on this (the coordinator) core.
-pub async fn execute(core: &Rc<Core>, request: GroupRequest) -> GroupResponse {
-    match request {
-        GroupRequest::Heartbeat { group, heartbeat } => {
-            GroupResponse::Heartbeat(heartbeat_one(core, &group, heartbeat))
-        }
-        GroupRequest::Commit {
-            group,
-            member_id,
-            member_epoch,
-            items,
-        } => GroupResponse::Commit(commit(core, &group, &member_id, member_epoch, items).await),
-        GroupRequest::Fetch { group, topics } => GroupResponse::Fetch(fetch(core, &group, topics)),
-        GroupRequest::Describe { group } => GroupResponse::Describe(describe(core, &group)),
-        GroupRequest::List => GroupResponse::List(
-            coordinator(core)
-                .groups
-                .borrow()
-                .values()
-                .map(|g| (g.id.clone(), g.state().to_string()))
-                .collect(),
-        ),
-        GroupRequest::Delete { group } => GroupResponse::Delete(delete(core, &group).await),
-    }
-}
-
-fn heartbeat_one(
-    core: &Core,
-    group: &str,
-    heartbeat: Heartbeat,
-) -> Result<HeartbeatReply, Failure> {
-    check_group_id(group)?;
-    check_loaded(core, group)?;
-    let image = core.image();
-    let partitions_of = |t: &str| image.topics.get(t).map(|t| t.partitions.len());
-    let mut groups = coordinator(core).groups.borrow_mut();
-    if heartbeat.member_epoch != 0 && !groups.contains_key(group) {
-        return Err(Failure::new(
-            ErrorCode::UnknownMemberId,
-            format!(
-                "group {group} has no member {}; rejoin with epoch 0",
-                heartbeat.member_id
-            ),
-        ));
-    }
-    let g = groups
-        .entry(group.to_string())
-        .or_insert_with(|| Group::new(group));
-    let reply = g.heartbeat(
-        heartbeat,
-        &coordinator(core).limits,
-        &partitions_of,
-        Instant::now(),
-    );
-    if g.is_disposable() {
-        groups.remove(group);
-    }
-    reply
-}
-
-async fn commit(
-    core: &Rc<Core>,
-    group: &str,
-    member_id: &str,
-    member_epoch: i32,
-    items: Vec<CommitItem>,
-) -> Result<Vec<Option<Failure>>, Failure> {
-    check_group_id(group)?;
-    let partition = check_loaded(core, group)?;
-    {
-        let groups = coordinator(core).groups.borrow();
-        match groups.get(group) {
-            Some(g) => g.check_commit(member_id, member_epoch)?,
-            None if member_id.is_empty() => {}
-            None => {
-                return Err(Failure::new(
-                    ErrorCode::UnknownMemberId,
-                    format!("group {group} has no member {member_id}"),
-                ))
-            }
-        }
-    }
-    let now = time::now_ms();
-    let max = coordinator(core).offset_metadata_bytes_max;
-    let mut results: Vec<Option<Failure>> = Vec::with_capacity(items.len());
-    let mut builder = BatchBuilder::new(BatchOptions::default(), 64 * items.len());
-    let mut accepted = Vec::new();
-    for item in items {
-        let metadata = item.metadata.clone().unwrap_or_default();
-        if metadata.len() > max {
-            results.push(Some(Failure::new(
-                ErrorCode::OffsetMetadataTooLarge,
-                format!("metadata of {} bytes exceeds {max}", metadata.len()),
-            )));
-            continue;
-        }
-        if item.offset < 0 {
-            results.push(Some(Failure::new(
-                ErrorCode::InvalidRequest,
-                format!("committed offset {} is negative", item.offset),
-            )));
-            continue;
-        }
-        let key = OffsetKey {
-            group: group.to_string(),
-            topic: item.topic.clone(),
-            partition: item.partition,
-        };
-        let value = OffsetValue {
-            offset: item.offset,
-            leader_epoch: item.leader_epoch,
-            metadata,
-            commit_timestamp_ms: now,
-        };
-        builder.push(now, Some(&key.encode()), Some(&value.encode()), &[]);
-        results.push(None);
-        accepted.push((key, value));
-    }
-    if !accepted.is_empty() {
-        append(core, partition, builder).await?;
-        for (key, value) in accepted {
-            apply(core, key, Some(value));
-        }
-    }
-    Ok(results)
-}
-
-/// Appends a batch to an offsets partition (the partitions' one append path, `acks=all`) and
-/// waits until it is durable.
-async fn append(core: &Rc<Core>, partition: u32, builder: BatchBuilder) -> Result<(), Failure> {
-    let bytes = builder
-        .build()
-        .map_err(|e| Failure::new(ErrorCode::UnknownServerError, e.to_string()))?;
-    let offsets = core.partitions.get(&offsets_ref(partition))?;
-    let batches = partition::validate(BytesMut::from(&bytes[..]), usize::MAX)?;
-    offsets
-        .append(batches, Acks::All)
-        .await?
-        .acknowledged(None)
-        .await
-        .map(|_| ())
-}
-
-fn fetch(
-    core: &Core,
-    group: &str,
-    topics: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Vec<(String, i32, Option<Committed>)>, Failure> {
-    check_group_id(group)?;
-    check_loaded(core, group)?;
-    let groups = coordinator(core).groups.borrow();
-    let g = groups.get(group);
-    Ok(match topics {
-        None => g
-            .map(|g| {
-                g.offsets
-                    .iter()
-                    .map(|((t, p), c)| (t.clone(), *p, Some(c.clone())))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        Some(topics) => topics
-            .into_iter()
-            .flat_map(|(t, ps)| {
-                ps.into_iter()
-                    .map(|p| {
-                        let c = g.and_then(|g| g.offsets.get(&(t.clone(), p)).cloned());
-                        (t.clone(), p, c)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect(),
-    })
-}
-
-fn describe(core: &Core, group: &str) -> Result<GroupView, Failure> {
-    check_group_id(group)?;
-    check_loaded(core, group)?;
-    let groups = coordinator(core).groups.borrow();
-    let g = groups.get(group).ok_or_else(|| {
-        Failure::new(
-            ErrorCode::GroupIdNotFound,
-            format!("group {group} does not exist"),
-        )
-    })?;
-    Ok(GroupView {
-        group_id: g.id.clone(),
-        state: g.state().to_string(),
-        epoch: g.epoch,
-        assignment_epoch: g.assignment_epoch,
-        members: g
-            .members
-            .values()
-            .map(|m| MemberView {
-                member_id: m.id.clone(),
-                instance_id: m.instance_id.clone(),
-                rack_id: m.rack_id.clone(),
-                member_epoch: m.epoch,
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                topics: m.topics.iter().cloned().collect(),
-                assignment: m.owned.clone(),
-                target: g.target.get(&m.id).cloned().unwrap_or_default(),
-            })
-            .collect(),
-    })
-}
-
-async fn delete(core: &Rc<Core>, group: &str) -> Result<(), Failure> {
-    check_group_id(group)?;
-    let partition = check_loaded(core, group)?;
-    let keys: Vec<(String, i32)> = {
-        let groups = coordinator(core).groups.borrow();
-        let g = groups.get(group).ok_or_else(|| {
-            Failure::new(
-                ErrorCode::GroupIdNotFound,
-                format!("group {group} does not exist"),
-            )
-        })?;
-        if !g.members.is_empty() {
-            return Err(Failure::new(
-                ErrorCode::NonEmptyGroup,
-                format!("group {group} has {} active members", g.members.len()),
-            ));
-        }
-        g.offsets.keys().cloned().collect()
-    };
-    if !keys.is_empty() {
-        let now = time::now_ms();
-        let mut builder = BatchBuilder::new(BatchOptions::default(), 64 * keys.len());
-        for (topic, p) in &keys {
-            let key = OffsetKey {
-                group: group.to_string(),
-                topic: topic.clone(),
-                partition: *p,
-            };
-            builder.push(now, Some(&key.encode()), None, &[]);
-        }
-        append(core, partition, builder).await?;
-    }
-    coordinator(core).groups.borrow_mut().remove(group);
-    Ok(())
 }

@@ -7,20 +7,24 @@ use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
-use crate::controller::{self, ConfigOp, ControllerRequest, NewTopic, TopicCreated};
-use crate::core::Core;
+use crate::controller::{ConfigOp, ControllerRequest, NewTopic, TopicCreated};
 use crate::failure::Failure;
+use crate::shard::Shard;
 use crate::topic_config::{self, ConfigSource};
 use crate::wire as w;
 
 /// Serves the APIs the controller executes.
-pub async fn controller_request(core: Rc<Core>, api: ApiKey, frame: Frame) -> Option<w::Response> {
+pub async fn controller_request(
+    shard: Rc<Shard>,
+    api: ApiKey,
+    frame: Frame,
+) -> Option<w::Response> {
     let header = frame.header;
     Some(match api {
-        ApiKey::CreateTopics => create_topics(&core, &header, &frame).await,
-        ApiKey::DeleteTopics => delete_topics(&core, &header, &frame).await,
-        ApiKey::AlterConfigs => alter_configs(&core, &header, &frame).await,
-        _ => create_partitions(&core, &header, &frame).await,
+        ApiKey::CreateTopics => create_topics(&shard, &header, &frame).await,
+        ApiKey::DeleteTopics => delete_topics(&shard, &header, &frame).await,
+        ApiKey::AlterConfigs => alter_configs(&shard, &header, &frame).await,
+        _ => create_partitions(&shard, &header, &frame).await,
     })
 }
 
@@ -52,7 +56,7 @@ fn request_failed(header: &FrameHeader, api: ApiKey, f: &Failure) -> w::Response
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
-async fn create_topics(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+async fn create_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
     let parsed = w::verify::<wire::CreateTopicsRequest>(&frame.message).map(|req| {
         let topics: Vec<NewTopic> = req
             .topics()
@@ -77,12 +81,13 @@ async fn create_topics(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> 
         Err(f) => return request_failed(header, ApiKey::CreateTopics, &f),
     };
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
-    let results = match controller::call(core, |reply| ControllerRequest::CreateTopics {
-        topics,
-        validate_only,
-        reply,
-    })
-    .await
+    let results = match shard
+        .controller(|reply| ControllerRequest::CreateTopics {
+            topics,
+            validate_only,
+            reply,
+        })
+        .await
     {
         Ok(r) => r,
         Err(f) => return request_failed(header, ApiKey::CreateTopics, &f),
@@ -150,7 +155,7 @@ fn created_result<'a>(
     )
 }
 
-async fn delete_topics(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+async fn delete_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
     let names = match w::verify::<wire::DeleteTopicsRequest>(&frame.message) {
         Ok(req) => req
             .topic_names()
@@ -158,11 +163,12 @@ async fn delete_topics(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> 
             .unwrap_or_default(),
         Err(f) => return request_failed(header, ApiKey::DeleteTopics, &f),
     };
-    let results = match controller::call(core, |reply| ControllerRequest::DeleteTopics {
-        names: names.clone(),
-        reply,
-    })
-    .await
+    let results = match shard
+        .controller(|reply| ControllerRequest::DeleteTopics {
+            names: names.clone(),
+            reply,
+        })
+        .await
     {
         Ok(r) => r,
         Err(f) => return request_failed(header, ApiKey::DeleteTopics, &f),
@@ -243,7 +249,7 @@ fn parse_alter(frame: &Frame) -> Result<AlterParsed, Failure> {
     Ok((out, req.validate_only()))
 }
 
-async fn alter_configs(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+async fn alter_configs(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
     let (resources, validate_only) = match parse_alter(frame) {
         Ok(p) => p,
         Err(f) => return request_failed(header, ApiKey::AlterConfigs, &f),
@@ -252,12 +258,13 @@ async fn alter_configs(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> 
         .iter()
         .filter_map(|(_, n, ops)| ops.as_ref().ok().map(|o| (n.clone(), o.clone())))
         .collect();
-    let mut results = match controller::call(core, |reply| ControllerRequest::AlterConfigs {
-        resources: valid,
-        validate_only,
-        reply,
-    })
-    .await
+    let mut results = match shard
+        .controller(|reply| ControllerRequest::AlterConfigs {
+            resources: valid,
+            validate_only,
+            reply,
+        })
+        .await
     {
         Ok(r) => r.into_iter(),
         Err(f) => return request_failed(header, ApiKey::AlterConfigs, &f),
@@ -302,7 +309,7 @@ async fn alter_configs(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> 
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
-async fn create_partitions(core: &Rc<Core>, header: &FrameHeader, frame: &Frame) -> w::Response {
+async fn create_partitions(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
     let parsed = w::verify::<wire::CreatePartitionsRequest>(&frame.message).map(|req| {
         let topics: Vec<(String, i32)> = req
             .topics()
@@ -317,12 +324,13 @@ async fn create_partitions(core: &Rc<Core>, header: &FrameHeader, frame: &Frame)
         Err(f) => return request_failed(header, ApiKey::CreatePartitions, &f),
     };
     let names: Vec<String> = topics.iter().map(|t| t.0.clone()).collect();
-    let results = match controller::call(core, |reply| ControllerRequest::CreatePartitions {
-        topics,
-        validate_only,
-        reply,
-    })
-    .await
+    let results = match shard
+        .controller(|reply| ControllerRequest::CreatePartitions {
+            topics,
+            validate_only,
+            reply,
+        })
+        .await
     {
         Ok(r) => r,
         Err(f) => return request_failed(header, ApiKey::CreatePartitions, &f),
@@ -359,13 +367,13 @@ async fn create_partitions(core: &Rc<Core>, header: &FrameHeader, frame: &Frame)
 }
 
 /// Serves DescribeConfigs from this core's metadata.
-pub async fn describe_configs(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
+pub async fn describe_configs(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     let header = frame.header;
     let req = match w::verify::<wire::DescribeConfigsRequest>(&frame.message) {
         Ok(r) => r,
         Err(f) => return Some(request_failed(&header, ApiKey::DescribeConfigs, &f)),
     };
-    let image = core.image();
+    let image = shard.image();
     let include_docs = req.include_documentation();
     let mut fbb = FlatBufferBuilder::with_capacity(1024);
     let mut results = Vec::new();
@@ -377,7 +385,7 @@ pub async fn describe_configs(core: Rc<Core>, frame: Frame) -> Option<w::Respons
             .filter(|v: &Vec<String>| !v.is_empty());
         let (failure, entries) = match r.resource_type() {
             wire::ConfigResourceType::Topic => match image.topics.get(&name) {
-                Some(t) => (None, topic_config::effective(&t.configs, &core.config)),
+                Some(t) => (None, topic_config::effective(&t.configs, shard.config())),
                 None => (
                     Some(Failure::new(
                         ErrorCode::UnknownTopicOrPartition,
@@ -388,7 +396,7 @@ pub async fn describe_configs(core: Rc<Core>, frame: Frame) -> Option<w::Respons
             },
             wire::ConfigResourceType::Broker => (
                 None,
-                topic_config::effective(&Default::default(), &core.config),
+                topic_config::effective(&Default::default(), shard.config()),
             ),
             _ => (
                 Some(Failure::new(

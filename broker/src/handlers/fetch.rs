@@ -2,22 +2,18 @@
 //! recent tail and the copy path), long-poll until `min_bytes` or `max_wait_ms`, and answer with
 //! the batches in the payload region.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ErrorCode};
-use borges_runtime::{task, time};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::config::FetchSendMode;
-use crate::core::Core;
 use crate::failure::Failure;
-use crate::partition::{first_of, FetchItem, FetchOutcome};
-use crate::router::{await_reply, CoreMessage};
+use crate::partition::{FetchItem, FetchOutcome};
+use crate::shard::FetchPlan;
+use crate::shard::Shard;
 use crate::types::PartitionRef;
 use crate::wire as w;
 
@@ -37,7 +33,7 @@ struct Parsed {
     slots: Vec<Slot>,
 }
 
-fn parse(core: &Core, frame: &Frame) -> Result<Parsed, Failure> {
+fn parse(shard: &Shard, frame: &Frame) -> Result<Parsed, Failure> {
     let req = w::verify::<wire::FetchRequest>(&frame.message)?;
     if req.replica_id() != -1 {
         return Err(Failure::new(
@@ -45,7 +41,7 @@ fn parse(core: &Core, frame: &Frame) -> Result<Parsed, Failure> {
             "replica fetches arrive with replication; consumers must send replica_id -1",
         ));
     }
-    let settings = &core.config.fetch;
+    let settings = &shard.config().fetch;
     let max_bytes = if req.max_bytes() <= 0 {
         u64::from(settings.response_bytes_max)
     } else {
@@ -55,8 +51,8 @@ fn parse(core: &Core, frame: &Frame) -> Result<Parsed, Failure> {
     for topic in req.topics().iter().flatten() {
         let name: Arc<str> = Arc::from(topic.name());
         for p in topic.partitions().iter().flatten() {
-            let target = core
-                .partitions
+            let target = shard
+                .partitions()
                 .locate(&name, p.partition())
                 .and_then(|(owner, _)| {
                     if p.fetch_offset() < 0 {
@@ -95,123 +91,28 @@ fn parse(core: &Core, frame: &Frame) -> Result<Parsed, Failure> {
 }
 
 /// Serves a Fetch request.
-pub async fn handle(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
+pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     let header = frame.header;
-    let mut parsed = match parse(&core, &frame) {
+    let mut parsed = match parse(&shard, &frame) {
         Ok(p) => p,
         Err(f) => return Some(request_error(&header, &f)),
     };
     drop(frame);
-    let copy = core.config.fetch.send_mode == FetchSendMode::Copy;
-    let deadline = Instant::now() + Duration::from_millis(parsed.max_wait_ms);
-    loop {
-        read_all(&core, &mut parsed.slots, copy).await;
-        let total: u64 = parsed
-            .slots
-            .iter()
-            .filter_map(|s| s.outcome.as_ref())
-            .map(|o| o.size_bytes)
-            .sum();
-        let failed = parsed
-            .slots
-            .iter()
-            .any(|s| s.target.is_err() || s.outcome.as_ref().is_some_and(|o| o.failure.is_some()));
-        if parsed.min_bytes == 0
-            || total >= parsed.min_bytes
-            || failed
-            || Instant::now() >= deadline
-        {
-            break;
-        }
-        wait_all(&core, &parsed.slots, deadline).await;
-        if Instant::now() >= deadline {
-            read_all(&core, &mut parsed.slots, copy).await;
-            break;
-        }
+    let plan = FetchPlan {
+        targets: parsed.slots.iter().map(|s| s.target.clone().ok()).collect(),
+        min_bytes: parsed.min_bytes,
+        max_wait_ms: parsed.max_wait_ms,
+        copy: shard.config().fetch.send_mode == FetchSendMode::Copy,
+    };
+    let outcomes = shard.fetch(plan).await;
+    for (slot, outcome) in parsed.slots.iter_mut().zip(outcomes) {
+        slot.outcome = outcome;
     }
     trim(&mut parsed.slots, parsed.max_bytes);
     let response = response(&header, &mut parsed.slots);
     let sent: u64 = response.payload.iter().map(|c| c.len()).sum();
-    core.metrics.record_fetch(sent);
+    shard.metrics().record_fetch(sent);
     Some(response)
-}
-
-/// Reads every slot on its owner (concurrently across cores).
-async fn read_all(core: &Rc<Core>, slots: &mut [Slot], copy: bool) {
-    let mut by_core: std::collections::BTreeMap<usize, (Vec<usize>, Vec<FetchItem>)> =
-        std::collections::BTreeMap::new();
-    for (i, s) in slots.iter().enumerate() {
-        if let Ok((owner, item)) = &s.target {
-            let e = by_core.entry(*owner).or_default();
-            e.0.push(i);
-            e.1.push(item.clone());
-        }
-    }
-    let mut pending = Vec::new();
-    for (owner, (indexes, items)) in by_core {
-        let n = items.len();
-        let t = if owner == core.id {
-            let core = core.clone();
-            task::spawn(async move { core.partitions.read_all(&items, copy).await })
-        } else {
-            core.metrics.forwarded.set(core.metrics.forwarded.get() + 1);
-            let core = core.clone();
-            task::spawn(async move {
-                match core
-                    .ask(owner, |reply| CoreMessage::Fetch { items, copy, reply })
-                    .await
-                {
-                    Ok(v) => v,
-                    Err(f) => (0..n).map(|_| FetchOutcome::failed(f.clone())).collect(),
-                }
-            })
-        };
-        pending.push((indexes, t));
-    }
-    for (indexes, t) in pending {
-        for (i, o) in indexes.into_iter().zip(t.await) {
-            slots[i].outcome = Some(o);
-        }
-    }
-}
-
-/// Waits until any slot's partition has data past its fetch offset, or the deadline.
-async fn wait_all(core: &Rc<Core>, slots: &[Slot], deadline: Instant) {
-    let mut by_core: std::collections::BTreeMap<usize, Vec<(PartitionRef, i64)>> =
-        std::collections::BTreeMap::new();
-    for s in slots {
-        if let Ok((owner, item)) = &s.target {
-            by_core
-                .entry(*owner)
-                .or_default()
-                .push((item.partition.clone(), item.fetch_offset));
-        }
-    }
-    let mut waits: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
-    for (owner, items) in by_core {
-        if owner == core.id {
-            let core = core.clone();
-            waits.push(Box::pin(async move {
-                core.partitions.wait_for_data(&items, deadline).await
-            }));
-        } else {
-            let (tx, rx) = futures_channel::oneshot::channel();
-            core.send(
-                owner,
-                CoreMessage::WaitForData {
-                    items,
-                    deadline,
-                    reply: tx,
-                },
-            )
-            .await;
-            waits.push(Box::pin(async move {
-                let _ = await_reply(rx).await;
-            }));
-        }
-    }
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    time::timeout(remaining, first_of(waits)).await;
 }
 
 /// Keeps the response within `max_bytes`: the first partition with data always keeps its data

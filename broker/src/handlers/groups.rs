@@ -8,19 +8,18 @@ use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
 
-use crate::core::Core;
 use crate::failure::Failure;
 use crate::groups::assignor::Assignment;
 use crate::groups::coordinator::{
     self, check_group_id, CommitItem, GroupRequest, GroupResponse, GroupView,
 };
 use crate::groups::state::Heartbeat;
-use crate::router::CoreMessage;
+use crate::shard::Shard;
 use crate::wire as w;
 
 /// Serves a group API.
 pub async fn handle(
-    core: Rc<Core>,
+    shard: Rc<Shard>,
     api: ApiKey,
     frame: Frame,
     peer: Rc<str>,
@@ -28,36 +27,18 @@ pub async fn handle(
     let header = frame.header;
     let mut fbb = FlatBufferBuilder::with_capacity(512);
     let result = match api {
-        ApiKey::FindCoordinator => find_coordinator(&core, &frame, &mut fbb),
-        ApiKey::ConsumerGroupHeartbeat => heartbeat(&core, &frame, &peer, &mut fbb).await,
-        ApiKey::OffsetCommit => offset_commit(&core, &frame, &mut fbb).await,
-        ApiKey::OffsetFetch => offset_fetch(&core, &frame, &mut fbb).await,
-        ApiKey::ListGroups => list_groups(&core, &frame, &mut fbb).await,
-        ApiKey::DescribeGroups => describe_groups(&core, &frame, &mut fbb).await,
-        _ => delete_groups(&core, &frame, &mut fbb).await,
+        ApiKey::FindCoordinator => find_coordinator(&shard, &frame, &mut fbb),
+        ApiKey::ConsumerGroupHeartbeat => heartbeat(&shard, &frame, &peer, &mut fbb).await,
+        ApiKey::OffsetCommit => offset_commit(&shard, &frame, &mut fbb).await,
+        ApiKey::OffsetFetch => offset_fetch(&shard, &frame, &mut fbb).await,
+        ApiKey::ListGroups => list_groups(&shard, &frame, &mut fbb).await,
+        ApiKey::DescribeGroups => describe_groups(&shard, &frame, &mut fbb).await,
+        _ => delete_groups(&shard, &frame, &mut fbb).await,
     };
     Some(match result {
         Ok(()) => w::response(&header, fbb.finished_data(), Vec::new()),
         Err(f) => request_failed(&header, api, &f),
     })
-}
-
-/// Sends a request to the group's coordinator core (or runs it here).
-async fn route(
-    core: &Rc<Core>,
-    group: &str,
-    request: GroupRequest,
-) -> Result<GroupResponse, Failure> {
-    check_group_id(group)?;
-    let image = core.image();
-    let (owner, _) = coordinator::coordinator_core(&image, group)?;
-    if owner == core.id {
-        Ok(coordinator::execute(core, request).await)
-    } else {
-        core.metrics.forwarded.set(core.metrics.forwarded.get() + 1);
-        core.ask(owner, |reply| CoreMessage::Group { request, reply })
-            .await
-    }
 }
 
 fn unexpected() -> Failure {
@@ -139,14 +120,14 @@ fn parse_assignment(
 }
 
 fn find_coordinator(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     frame: &Frame,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
     let req = w::verify::<wire::FindCoordinatorRequest>(&frame.message)?;
-    let image = core.image();
-    let endpoints = core.endpoints.borrow().clone();
-    let host = super::metadata::advertised_host(core);
+    let image = shard.image();
+    let endpoints = shard.admission().endpoints();
+    let host = super::metadata::advertised_host(shard);
     let keys: Vec<String> = req.keys().iter().flatten().map(str::to_string).collect();
     let items: Vec<_> = keys
         .iter()
@@ -167,7 +148,7 @@ fn find_coordinator(
                 fbb,
                 &wire::CoordinatorArgs {
                     key: Some(k),
-                    node_id: core.config.broker_id,
+                    node_id: shard.config().broker_id,
                     host: Some(h),
                     port,
                     core_id,
@@ -191,7 +172,7 @@ fn find_coordinator(
 }
 
 async fn heartbeat(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     frame: &Frame,
     peer: &str,
     fbb: &mut FlatBufferBuilder<'_>,
@@ -216,15 +197,15 @@ async fn heartbeat(
             },
         )
     };
-    let reply = match route(
-        core,
-        &group,
-        GroupRequest::Heartbeat {
-            group: group.clone(),
-            heartbeat: hb,
-        },
-    )
-    .await?
+    let reply = match shard
+        .group(
+            &group,
+            GroupRequest::Heartbeat {
+                group: group.clone(),
+                heartbeat: hb,
+            },
+        )
+        .await?
     {
         GroupResponse::Heartbeat(r) => r,
         _ => Err(unexpected()),
@@ -245,7 +226,7 @@ async fn heartbeat(
             member_epoch: reply.as_ref().map_or(-1, |r| r.member_epoch),
             heartbeat_interval_ms: reply
                 .as_ref()
-                .map_or(core.config.groups.heartbeat_interval_ms as i32, |r| {
+                .map_or(shard.config().groups.heartbeat_interval_ms as i32, |r| {
                     r.heartbeat_interval_ms
                 }),
             assignment,
@@ -256,7 +237,7 @@ async fn heartbeat(
 }
 
 async fn offset_commit(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     frame: &Frame,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
@@ -285,17 +266,17 @@ async fn offset_commit(
         .iter()
         .map(|i| (i.topic.clone(), i.partition))
         .collect();
-    let results = match route(
-        core,
-        &group,
-        GroupRequest::Commit {
-            group: group.clone(),
-            member_id,
-            member_epoch,
-            items,
-        },
-    )
-    .await?
+    let results = match shard
+        .group(
+            &group,
+            GroupRequest::Commit {
+                group: group.clone(),
+                member_id,
+                member_epoch,
+                items,
+            },
+        )
+        .await?
     {
         GroupResponse::Commit(r) => r,
         _ => Err(unexpected()),
@@ -351,7 +332,7 @@ async fn offset_commit(
 }
 
 async fn offset_fetch(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     frame: &Frame,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
@@ -369,15 +350,15 @@ async fn offset_fetch(
         });
         (req.group_id().to_string(), topics)
     };
-    let found = match route(
-        core,
-        &group,
-        GroupRequest::Fetch {
-            group: group.clone(),
-            topics,
-        },
-    )
-    .await?
+    let found = match shard
+        .group(
+            &group,
+            GroupRequest::Fetch {
+                group: group.clone(),
+                topics,
+            },
+        )
+        .await?
     {
         GroupResponse::Fetch(r) => r?,
         _ => return Err(unexpected()),
@@ -431,7 +412,7 @@ async fn offset_fetch(
 }
 
 async fn list_groups(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     frame: &Frame,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
@@ -444,16 +425,7 @@ async fn list_groups(
             .collect()
     };
     let mut all: Vec<(String, String)> = Vec::new();
-    for to in 0..core.cores {
-        let listed = if to == core.id {
-            coordinator::execute(core, GroupRequest::List).await
-        } else {
-            core.ask(to, |reply| CoreMessage::Group {
-                request: GroupRequest::List,
-                reply,
-            })
-            .await?
-        };
+    for listed in shard.group_everywhere(GroupRequest::List).await? {
         if let GroupResponse::List(v) = listed {
             all.extend(v);
         }
@@ -552,7 +524,7 @@ fn described<'a>(
 }
 
 async fn describe_groups(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     frame: &Frame,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
@@ -566,7 +538,10 @@ async fn describe_groups(
     };
     let mut views = Vec::with_capacity(ids.len());
     for id in &ids {
-        let view = match route(core, id, GroupRequest::Describe { group: id.clone() }).await {
+        let view = match shard
+            .group(id, GroupRequest::Describe { group: id.clone() })
+            .await
+        {
             Ok(GroupResponse::Describe(r)) => r,
             Ok(_) => Err(unexpected()),
             Err(f) => Err(f),
@@ -592,7 +567,7 @@ async fn describe_groups(
 }
 
 async fn delete_groups(
-    core: &Rc<Core>,
+    shard: &Rc<Shard>,
     frame: &Frame,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
@@ -606,7 +581,10 @@ async fn delete_groups(
     };
     let mut results = Vec::with_capacity(ids.len());
     for id in &ids {
-        let r = match route(core, id, GroupRequest::Delete { group: id.clone() }).await {
+        let r = match shard
+            .group(id, GroupRequest::Delete { group: id.clone() })
+            .await
+        {
             Ok(GroupResponse::Delete(r)) => r,
             Ok(_) => Err(unexpected()),
             Err(f) => Err(f),

@@ -6,13 +6,13 @@ use borges_protocol::frame::Frame;
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
-use crate::core::Core;
 use crate::failure::Failure;
 use crate::metadata::TopicRecord;
+use crate::shard::Shard;
 use crate::wire as w;
 
 /// Serves ApiVersions: every API this broker serves with its version range.
-pub async fn api_versions(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
+pub async fn api_versions(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     let header = frame.header;
     // The request carries only informational fields; a malformed one is still answered.
     let _ = w::verify::<wire::ApiVersionsRequest>(&frame.message);
@@ -31,7 +31,7 @@ pub async fn api_versions(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
             error_message: None,
             api_versions: Some(ranges),
             broker_software_version: Some(version),
-            frame_size_bytes_max: core.config.limits.frame_size_bytes_max,
+            frame_size_bytes_max: shard.config().limits.frame_size_bytes_max,
         },
     );
     fbb.finish(root, None);
@@ -39,11 +39,12 @@ pub async fn api_versions(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
 }
 
 /// The host clients should use for this broker.
-pub fn advertised_host(core: &Core) -> String {
-    if let Some(h) = &core.config.advertised_host {
+pub fn advertised_host(shard: &Shard) -> String {
+    if let Some(h) = &shard.config().advertised_host {
         return h.clone();
     }
-    core.config
+    shard
+        .config()
         .listen
         .parse::<std::net::SocketAddr>()
         .map(|a| {
@@ -57,7 +58,7 @@ pub fn advertised_host(core: &Core) -> String {
 }
 
 /// Serves Metadata.
-pub async fn metadata(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
+pub async fn metadata(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     let header = frame.header;
     let requested: Result<Option<Vec<String>>, Failure> =
         w::verify::<wire::MetadataRequest>(&frame.message).map(|req| {
@@ -71,12 +72,12 @@ pub async fn metadata(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
                 Some(names)
             }
         });
-    let image = core.image();
-    let endpoints = core.endpoints.borrow().clone();
-    let broker_id = core.config.broker_id;
-    let host = advertised_host(&core);
-    let port = core
-        .config
+    let image = shard.image();
+    let endpoints = shard.admission().endpoints();
+    let broker_id = shard.config().broker_id;
+    let host = advertised_host(&shard);
+    let port = shard
+        .config()
         .listen
         .parse::<std::net::SocketAddr>()
         .map_or(0, |a| a.port());

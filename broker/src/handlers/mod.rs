@@ -16,9 +16,10 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use borges_protocol::frame::Frame;
-use borges_protocol::ApiKey;
+use borges_protocol::{ApiKey, ErrorCode};
 
-use crate::core::Core;
+use crate::failure::Failure;
+use crate::shard::Shard;
 use crate::wire::Response;
 
 /// A request's completion.
@@ -49,25 +50,32 @@ pub fn served(api: ApiKey) -> bool {
 }
 
 /// Runs the ordered phase of a request and returns its completion.
-pub async fn handle(core: &Rc<Core>, api: ApiKey, frame: Frame, peer: &Rc<str>) -> Completion {
+pub async fn handle(shard: &Rc<Shard>, api: ApiKey, frame: Frame, peer: &Rc<str>) -> Completion {
     match api {
-        ApiKey::Produce => produce::handle(core, frame).await,
-        ApiKey::Fetch => Box::pin(fetch::handle(core.clone(), frame)),
-        ApiKey::ListOffsets => Box::pin(offsets::handle(core.clone(), frame)),
-        ApiKey::ApiVersions => Box::pin(metadata::api_versions(core.clone(), frame)),
-        ApiKey::Metadata => Box::pin(metadata::metadata(core.clone(), frame)),
-        ApiKey::DescribeConfigs => Box::pin(admin::describe_configs(core.clone(), frame)),
+        ApiKey::Produce => produce::handle(shard, frame).await,
+        ApiKey::Fetch => Box::pin(fetch::handle(shard.clone(), frame)),
+        ApiKey::ListOffsets => Box::pin(offsets::handle(shard.clone(), frame)),
+        ApiKey::ApiVersions => Box::pin(metadata::api_versions(shard.clone(), frame)),
+        ApiKey::Metadata => Box::pin(metadata::metadata(shard.clone(), frame)),
+        ApiKey::DescribeConfigs => Box::pin(admin::describe_configs(shard.clone(), frame)),
         ApiKey::CreateTopics
         | ApiKey::DeleteTopics
         | ApiKey::AlterConfigs
-        | ApiKey::CreatePartitions => Box::pin(admin::controller_request(core.clone(), api, frame)),
+        | ApiKey::CreatePartitions => {
+            Box::pin(admin::controller_request(shard.clone(), api, frame))
+        }
         ApiKey::FindCoordinator
         | ApiKey::ConsumerGroupHeartbeat
         | ApiKey::OffsetCommit
         | ApiKey::OffsetFetch
         | ApiKey::ListGroups
         | ApiKey::DescribeGroups
-        | ApiKey::DeleteGroups => Box::pin(groups::handle(core.clone(), api, frame, peer.clone())),
-        ApiKey::OffsetForLeaderEpoch => Box::pin(async { None }),
+        | ApiKey::DeleteGroups => Box::pin(groups::handle(shard.clone(), api, frame, peer.clone())),
+        // Not served (see `served`): dispatch refuses it before it gets here.
+        ApiKey::OffsetForLeaderEpoch => {
+            let failure = Failure::new(ErrorCode::UnsupportedApi, format!("{api} is not served"));
+            let response = crate::wire::error_response(&frame.header, &failure);
+            Box::pin(async move { Some(response) })
+        }
     }
 }

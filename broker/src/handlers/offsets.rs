@@ -8,10 +8,9 @@ use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
-use crate::core::Core;
 use crate::failure::Failure;
 use crate::partition::{ListOffsetsItem, MAX_TIMESTAMP};
-use crate::router::CoreMessage;
+use crate::shard::Shard;
 use crate::types::PartitionRef;
 use crate::wire as w;
 
@@ -25,42 +24,29 @@ struct Slot {
 }
 
 /// Serves a ListOffsets request.
-pub async fn handle(core: Rc<Core>, frame: Frame) -> Option<w::Response> {
+pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     let header = frame.header;
-    let mut slots = match parse(&core, &frame) {
+    let mut slots = match parse(&shard, &frame) {
         Ok(s) => s,
         Err(f) => return Some(respond(&header, Some(&f), &mut [])),
     };
-    let mut by_core: std::collections::BTreeMap<usize, (Vec<usize>, Vec<ListOffsetsItem>)> =
-        std::collections::BTreeMap::new();
-    for (i, s) in slots.iter().enumerate() {
-        if let Ok((owner, item)) = &s.target {
-            let e = by_core.entry(*owner).or_default();
-            e.0.push(i);
-            e.1.push(item.clone());
-        }
-    }
-    for (owner, (indexes, items)) in by_core {
-        let n = items.len();
-        let outcomes = if owner == core.id {
-            core.partitions.list_offsets(&items).await
-        } else {
-            match core
-                .ask(owner, |reply| CoreMessage::ListOffsets { items, reply })
-                .await
-            {
-                Ok(v) => v,
-                Err(f) => vec![Err(f); n],
-            }
-        };
-        for (i, o) in indexes.into_iter().zip(outcomes) {
-            slots[i].outcome = Some(o);
-        }
+    let items = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            s.target
+                .as_ref()
+                .ok()
+                .map(|(owner, item)| (i, *owner, item.clone()))
+        })
+        .collect();
+    for (i, outcome) in shard.list_offsets(items).await {
+        slots[i].outcome = Some(outcome);
     }
     Some(respond(&header, None, &mut slots))
 }
 
-fn parse(core: &Core, frame: &Frame) -> Result<Vec<Slot>, Failure> {
+fn parse(shard: &Shard, frame: &Frame) -> Result<Vec<Slot>, Failure> {
     let req = w::verify::<wire::ListOffsetsRequest>(&frame.message)?;
     let mut slots = Vec::new();
     for topic in req.topics().iter().flatten() {
@@ -73,7 +59,8 @@ fn parse(core: &Core, frame: &Frame) -> Result<Vec<Slot>, Failure> {
                     format!("timestamp {timestamp}: expected -2 (earliest), -1 (latest), -3 (max timestamp) or >= 0"),
                 ))
             } else {
-                core.partitions
+                shard
+                    .partitions()
                     .locate(&name, p.partition())
                     .map(|(owner, _)| {
                         (

@@ -1,8 +1,6 @@
 //! Produce: validate every batch on the receiving core (CRC, size, codec, record framing), then
 //! append on the owning core, locally or through its outbox, in request order.
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -12,10 +10,9 @@ use bytes::BytesMut;
 use flatbuffers::FlatBufferBuilder;
 
 use super::Completion;
-use crate::core::Core;
 use crate::failure::Failure;
 use crate::partition::{self, AppendItem, ProduceAck};
-use crate::router::{await_reply, CoreMessage};
+use crate::shard::Shard;
 use crate::topic_config;
 use crate::types::{Acks, PartitionRef};
 use crate::wire as w;
@@ -68,7 +65,7 @@ fn parse(frame: &Frame) -> Result<Parsed, Failure> {
 
 /// Ordered phase of a produce: validates and appends (or queues the appends); returns the
 /// completion that waits for acknowledgements.
-pub async fn handle(core: &Rc<Core>, frame: Frame) -> Completion {
+pub async fn handle(shard: &Rc<Shard>, frame: Frame) -> Completion {
     let header = frame.header;
     let mut parsed = match parse(&frame) {
         Ok(p) => p,
@@ -78,86 +75,36 @@ pub async fn handle(core: &Rc<Core>, frame: Frame) -> Completion {
         Ok(p) => p,
         Err(f) => return Box::pin(async move { Some(request_error(&header, &f)) }),
     };
-    // Validate and group by owning core, keeping each slot's index.
-    let mut by_core: BTreeMap<usize, (Vec<usize>, Vec<AppendItem>)> = BTreeMap::new();
+    let mut items = Vec::with_capacity(parts.len());
     for (i, bytes) in parts.into_iter().enumerate() {
         let slot = &mut parsed.slots[i];
-        match prepare(core, &slot.topic, slot.partition, bytes) {
-            Ok((owner, item)) => {
-                let entry = by_core.entry(owner).or_default();
-                entry.0.push(i);
-                entry.1.push(item);
-            }
+        match prepare(shard, &slot.topic, slot.partition, bytes) {
+            Ok((owner, item)) => items.push((i, owner, item)),
             Err(f) => {
-                core.metrics
-                    .produce_rejected
-                    .set(core.metrics.produce_rejected.get() + 1);
+                let rejected = &shard.metrics().produce_rejected;
+                rejected.set(rejected.get() + 1);
                 slot.outcome = Some(Err(f));
             }
         }
     }
-    let (acks, timeout_ms) = (parsed.acks, parsed.timeout_ms);
-    let mut waits: Vec<(Vec<usize>, Pending)> = Vec::new();
-    for (owner, (indexes, items)) in by_core {
-        let pending = if owner == core.id {
-            Pending::Local(Box::pin(
-                core.partitions.append_all(items, acks, timeout_ms).await,
-            ))
-        } else {
-            let (tx, rx) = futures_channel::oneshot::channel();
-            core.metrics.forwarded.set(core.metrics.forwarded.get() + 1);
-            core.send(
-                owner,
-                CoreMessage::Produce {
-                    items,
-                    acks,
-                    timeout_ms,
-                    reply: tx,
-                },
-            )
-            .await;
-            Pending::Remote(rx, indexes.len())
-        };
-        waits.push((indexes, pending));
-    }
+    let acks = parsed.acks;
+    let appended = shard.produce(items, acks, parsed.timeout_ms).await;
     Box::pin(async move {
-        for (indexes, pending) in waits {
-            let outcomes = pending.resolve().await;
-            for (i, o) in indexes.into_iter().zip(outcomes) {
-                parsed.slots[i].outcome = Some(o);
-            }
+        for (i, outcome) in appended.await {
+            parsed.slots[i].outcome = Some(outcome);
         }
         acks.responds().then(|| response(&header, &parsed.slots))
     })
 }
 
-type Outcomes = Vec<Result<ProduceAck, Failure>>;
-
-enum Pending {
-    Local(std::pin::Pin<Box<dyn Future<Output = Outcomes>>>),
-    Remote(futures_channel::oneshot::Receiver<Outcomes>, usize),
-}
-
-impl Pending {
-    async fn resolve(self) -> Outcomes {
-        match self {
-            Pending::Local(f) => f.await,
-            Pending::Remote(rx, n) => match await_reply(rx).await {
-                Ok(v) => v,
-                Err(f) => vec![Err(f); n],
-            },
-        }
-    }
-}
-
 /// Checks one partition's bytes and finds its owner.
 fn prepare(
-    core: &Core,
+    shard: &Shard,
     topic: &Arc<str>,
     partition: i32,
     bytes: BytesMut,
 ) -> Result<(usize, AppendItem), Failure> {
-    let (owner, image) = core.partitions.locate(topic, partition)?;
+    let (owner, image) = shard.partitions().locate(topic, partition)?;
     let Some(record) = image.topics.get(&**topic) else {
         return Err(Failure::new(
             ErrorCode::UnknownTopicOrPartition,
@@ -176,7 +123,7 @@ fn prepare(
             "no record batch for this partition",
         ));
     }
-    let max = topic_config::max_message_bytes(&record.configs, &core.config);
+    let max = topic_config::max_message_bytes(&record.configs, shard.config());
     let batches = partition::validate(bytes, max)?;
     Ok((
         owner,

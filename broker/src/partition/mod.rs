@@ -19,16 +19,22 @@ mod table;
 
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::Arc;
 
+use borges_runtime::time::Instant;
 use borges_storage::{LogOffsets, PartitionLog, StorageError, TickOutcome};
+use futures_channel::oneshot;
 
 pub use append::{AppendItem, ProduceAck};
 pub use batch::{validate, ValidatedBatch};
 pub use read::{first_of, FetchItem, FetchOutcome, ListOffsetsItem, MAX_TIMESTAMP};
 pub use table::PartitionTable;
 
+use crate::error::BrokerError;
+use crate::failure::Failure;
+use crate::metadata::MetadataImage;
 use crate::metrics::PartitionStats;
-use crate::types::PartitionRef;
+use crate::types::{Acks, PartitionRef};
 use producer::ProducerState;
 use replica::ReplicaState;
 
@@ -102,4 +108,52 @@ impl Partition {
         self.leader_epoch.set(leader_epoch);
         self.min_insync_replicas.set(min_isr);
     }
+}
+
+/// Work for the partitions of the receiving core, sent by the core a request arrived on.
+pub enum PartitionMessage {
+    /// Append to partitions owned by the receiving core.
+    Append {
+        /// Partitions and their batches.
+        items: Vec<AppendItem>,
+        /// What the producer waits for.
+        acks: Acks,
+        /// Time allowed for acknowledgements.
+        timeout_ms: u32,
+        /// One outcome per item, in order.
+        reply: oneshot::Sender<Vec<Result<ProduceAck, Failure>>>,
+    },
+    /// Read from partitions owned by the receiving core.
+    Read {
+        /// Partitions to read.
+        items: Vec<FetchItem>,
+        /// Read into memory instead of returning file ranges.
+        copy: bool,
+        /// One outcome per item, in order.
+        reply: oneshot::Sender<Vec<FetchOutcome>>,
+    },
+    /// Resolve when any partition's high watermark passes its offset, or at the deadline.
+    WaitForData {
+        /// (partition, offset) pairs.
+        items: Vec<(PartitionRef, i64)>,
+        /// When to give up.
+        deadline: Instant,
+        /// Resolved when data arrived or the deadline passed.
+        reply: oneshot::Sender<()>,
+    },
+    /// Offsets by time.
+    ListOffsets {
+        /// Partitions and timestamps.
+        items: Vec<ListOffsetsItem>,
+        /// One outcome per item, in order.
+        reply: oneshot::Sender<Vec<Result<(i64, i64), Failure>>>,
+    },
+    /// A new metadata image: open, close or reconfigure the partitions this core owns (and
+    /// load the consumer groups of its offsets partitions).
+    ApplyMetadata {
+        /// The image.
+        image: Arc<MetadataImage>,
+        /// Ok once every partition of this core is ready.
+        reply: oneshot::Sender<Result<(), BrokerError>>,
+    },
 }

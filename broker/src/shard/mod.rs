@@ -1,0 +1,387 @@
+//! `Shard`: what one core owns, as private services, and the loop that executes the messages
+//! other cores send it.
+//!
+//! Services: the partitions ([`PartitionTable`]), the cross-core mesh ([`Mesh`]), admission
+//! (connections, request memory, listeners), the lifecycle (serving, shutdown), the controller
+//! (core 0 only), the group coordinator, and metrics. Every message names the service it is
+//! for ([`ShardMessage`]); executing one calls that service. [`route`] holds the operations
+//! that span cores (produce, fetch, list offsets, group and controller requests), so handlers
+//! only decode, call the shard, and encode.
+
+mod route;
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use borges_runtime::channel::{CoreReceiver, CoreSenders};
+use borges_runtime::{task, time};
+use borges_storage::CoreStorage;
+
+pub use route::FetchPlan;
+
+use crate::admission::Admission;
+use crate::config::BrokerConfig;
+use crate::controller::{
+    Controller, ControllerHost, ControllerRequest, ControllerSettings, LocalFuture,
+};
+use crate::error::BrokerError;
+use crate::groups::coordinator::{Coordinator, GroupMessage};
+use crate::lifecycle::{Lifecycle, LifecycleMessage};
+use crate::mesh::Mesh;
+use crate::metadata::MetadataImage;
+use crate::metrics::{CoreMetrics, CoreReport, MetricsSnapshot};
+use crate::partition::{PartitionMessage, PartitionTable};
+use crate::topic_config::{self, TopicConfigError};
+use crate::types::CoreEndpoint;
+
+/// How long shutdown waits for in-flight requests before closing connections.
+const SHUTDOWN_GRACE_MS: u64 = 10_000;
+
+/// A message from one core to another, by the service that executes it.
+pub enum ShardMessage {
+    /// Appends, reads, long polls, offsets and metadata application.
+    Partition(PartitionMessage),
+    /// A consumer-group request for the group's coordinator core.
+    Group(GroupMessage),
+    /// Administrative change for the controller core (core 0).
+    Controller(ControllerRequest),
+    /// Start-up, metrics and shutdown steps.
+    Lifecycle(LifecycleMessage),
+}
+
+/// Everything one core owns. Lives on one core; other cores reach it only by message.
+pub struct Shard {
+    id: usize,
+    config: Arc<BrokerConfig>,
+    mesh: Mesh<ShardMessage>,
+    partitions: Rc<PartitionTable>,
+    admission: Rc<Admission>,
+    lifecycle: Rc<Lifecycle>,
+    controller: Option<Controller>,
+    groups: Rc<Coordinator>,
+    metrics: Rc<CoreMetrics>,
+}
+
+impl Shard {
+    /// Builds core `id`'s services.
+    pub fn new(
+        id: usize,
+        cores: usize,
+        config: Arc<BrokerConfig>,
+        storage: Rc<CoreStorage>,
+    ) -> Rc<Shard> {
+        let metrics = Rc::new(CoreMetrics::new(id));
+        let partitions = Rc::new(PartitionTable::new(
+            id,
+            cores,
+            config.clone(),
+            storage,
+            metrics.clone(),
+        ));
+        let lifecycle = Rc::new(Lifecycle::default());
+        let groups = Rc::new(Coordinator::new(
+            id,
+            &config.groups,
+            partitions.clone(),
+            lifecycle.clone(),
+        ));
+        Rc::new(Shard {
+            id,
+            mesh: Mesh::new(id, cores, config.limits.cross_core_queue_depth_max),
+            admission: Rc::new(Admission::new(id, cores, &config.limits, metrics.clone())),
+            controller: (id == 0).then(|| Controller::new(controller_settings(&config, cores))),
+            partitions,
+            lifecycle,
+            groups,
+            metrics,
+            config,
+        })
+    }
+
+    /// This core's index.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// Number of cores.
+    pub fn cores(&self) -> usize {
+        self.mesh.cores()
+    }
+
+    /// Broker configuration (shared, read-only).
+    pub fn config(&self) -> &Arc<BrokerConfig> {
+        &self.config
+    }
+
+    /// The partitions this core owns, and its copy of the metadata image.
+    pub fn partitions(&self) -> &Rc<PartitionTable> {
+        &self.partitions
+    }
+
+    /// Connections, request memory, listeners.
+    pub fn admission(&self) -> &Rc<Admission> {
+        &self.admission
+    }
+
+    /// Serving and shutdown.
+    pub fn lifecycle(&self) -> &Rc<Lifecycle> {
+        &self.lifecycle
+    }
+
+    /// Metrics of this core.
+    pub fn metrics(&self) -> &Rc<CoreMetrics> {
+        &self.metrics
+    }
+
+    /// The outboxes to the other cores.
+    pub fn mesh(&self) -> &Mesh<ShardMessage> {
+        &self.mesh
+    }
+
+    /// This core's copy of the metadata image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.partitions.image()
+    }
+
+    /// Starts the tasks of this core: outbox drains, one per inbox, partition maintenance.
+    pub fn start(
+        self: &Rc<Self>,
+        senders: &Rc<CoreSenders<Vec<ShardMessage>>>,
+        receivers: Vec<CoreReceiver<Vec<ShardMessage>>>,
+    ) {
+        self.mesh.start(senders);
+        for inbox in receivers {
+            task::spawn(self.clone().run_inbox(inbox)).detach();
+        }
+        task::spawn(self.clone().tick_partitions()).detach();
+    }
+
+    /// Executes the batches of messages coming from one other core, in order.
+    async fn run_inbox(self: Rc<Self>, inbox: CoreReceiver<Vec<ShardMessage>>) {
+        while let Some(batch) = inbox.recv().await {
+            borges_runtime::executor::note_activity();
+            for msg in batch {
+                self.execute(msg).await;
+            }
+        }
+    }
+
+    /// Executes a message from another core. The ordered part (appends) happens before this
+    /// returns; waiting happens in tasks of its own.
+    async fn execute(self: &Rc<Self>, msg: ShardMessage) {
+        match msg {
+            ShardMessage::Partition(msg) => self.execute_partition(msg).await,
+            ShardMessage::Group(GroupMessage { request, reply }) => {
+                let groups = self.groups.clone();
+                task::spawn(async move {
+                    let _ = reply.send(groups.execute(request).await);
+                })
+                .detach();
+            }
+            ShardMessage::Controller(request) => {
+                let shard = self.clone();
+                task::spawn(async move { shard.run_controller(request).await }).detach();
+            }
+            ShardMessage::Lifecycle(msg) => self.execute_lifecycle(msg).await,
+        }
+    }
+
+    async fn execute_partition(self: &Rc<Self>, msg: PartitionMessage) {
+        let partitions = self.partitions.clone();
+        match msg {
+            PartitionMessage::Append {
+                items,
+                acks,
+                timeout_ms,
+                reply,
+            } => {
+                let completion = partitions.append_all(items, acks, timeout_ms).await;
+                task::spawn(async move {
+                    let _ = reply.send(completion.await);
+                })
+                .detach();
+            }
+            PartitionMessage::Read { items, copy, reply } => task::spawn(async move {
+                let _ = reply.send(partitions.read_all(&items, copy).await);
+            })
+            .detach(),
+            PartitionMessage::WaitForData {
+                items,
+                deadline,
+                reply,
+            } => task::spawn(async move {
+                partitions.wait_for_data(&items, deadline).await;
+                let _ = reply.send(());
+            })
+            .detach(),
+            PartitionMessage::ListOffsets { items, reply } => task::spawn(async move {
+                let _ = reply.send(partitions.list_offsets(&items).await);
+            })
+            .detach(),
+            PartitionMessage::ApplyMetadata { image, reply } => {
+                let _ = reply.send(self.apply_metadata(image).await);
+            }
+        }
+    }
+
+    async fn execute_lifecycle(self: &Rc<Self>, msg: LifecycleMessage) {
+        match msg {
+            LifecycleMessage::Bind { reply } => {
+                let _ = reply.send(self.bind());
+            }
+            LifecycleMessage::Serve { endpoints, reply } => {
+                self.serve(endpoints);
+                let _ = reply.send(());
+            }
+            LifecycleMessage::Metrics { reply } => {
+                let _ = reply.send(self.snapshot());
+            }
+            LifecycleMessage::Shutdown { reply } => {
+                let _ = reply.send(self.shutdown().await);
+            }
+        }
+    }
+
+    /// Runs a controller request on this core (core 0).
+    async fn run_controller(self: &Rc<Self>, request: ControllerRequest) {
+        match &self.controller {
+            Some(controller) => controller.execute(&**self, request).await,
+            // The request's reply is dropped: the caller gets a typed failure.
+            None => tracing::error!(
+                core = self.id,
+                "controller request sent to a core without the controller"
+            ),
+        }
+    }
+
+    /// Loads the metadata store and pushes it to every core (core 0, at start-up).
+    pub async fn load_metadata(self: &Rc<Self>) -> Result<(), BrokerError> {
+        match &self.controller {
+            Some(controller) => controller.load(&**self).await,
+            None => Err(BrokerError::Config(format!(
+                "core {} has no controller; core 0 loads the metadata",
+                self.id
+            ))),
+        }
+    }
+
+    /// Brings this core in line with `image`: its partitions, then the consumer groups whose
+    /// offsets partitions it now owns.
+    pub async fn apply_metadata(&self, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
+        self.partitions.apply(image).await?;
+        self.groups.load().await
+    }
+
+    /// Binds this core's listeners; returns its own address.
+    pub fn bind(&self) -> Result<std::net::SocketAddr, BrokerError> {
+        self.admission
+            .bind(&self.config.listen, self.config.core_port_base)
+    }
+
+    /// Every core's address is known: lets this core accept connections.
+    pub fn serve(&self, endpoints: Arc<Vec<CoreEndpoint>>) {
+        self.admission.set_endpoints(endpoints);
+        self.lifecycle.start_serving();
+    }
+
+    /// A metrics snapshot of this core.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let storage = self.partitions.storage();
+        self.metrics.snapshot(CoreReport {
+            connections: self.admission.connections(),
+            unflushed_bytes: storage.unflushed_bytes(),
+            tail_cache_bytes: storage.tail_cache_bytes(),
+            request_memory_available_bytes: self.admission.request_memory_available_bytes(),
+            partitions: self.partitions.all().iter().map(|p| p.stats()).collect(),
+            group_offsets: self.groups.committed(),
+        })
+    }
+
+    /// Stops this core: no new connections or requests, in-flight requests finish (up to a
+    /// grace period), then every partition log is flushed, synced and closed with its
+    /// clean-shutdown marker.
+    pub async fn shutdown(&self) -> Result<(), BrokerError> {
+        self.lifecycle.start_shutdown();
+        let grace = Duration::from_millis(SHUTDOWN_GRACE_MS);
+        if time::timeout(grace, self.admission.drained())
+            .await
+            .is_none()
+        {
+            tracing::warn!(
+                core = self.id,
+                connections = self.admission.connections(),
+                "connections still open after the grace period; closing logs anyway"
+            );
+        }
+        let mut errors = Vec::new();
+        for p in self.partitions.all() {
+            if let Err(cause) = p.close().await {
+                errors.push(BrokerError::Partition {
+                    action: "closing",
+                    partition: p.id().to_string(),
+                    cause,
+                });
+            }
+        }
+        self.lifecycle.mark_stopped();
+        BrokerError::from_many(errors).map_or(Ok(()), Err)
+    }
+
+    /// Ticks every partition of this core: segment rolls by time, retention, checkpoints.
+    async fn tick_partitions(self: Rc<Self>) {
+        let s = &self.config.storage;
+        let period = s
+            .retention_check_interval_ms
+            .min(s.recovery_checkpoint_interval_ms)
+            .max(10);
+        loop {
+            time::sleep(Duration::from_millis(period)).await;
+            if self.lifecycle.is_shutting_down() {
+                return;
+            }
+            let now = time::now_ms();
+            for p in self.partitions.all() {
+                if let Err(e) = p.tick(now).await {
+                    tracing::error!(topic = %p.id().topic, partition = p.id().partition, "log maintenance failed: {e}");
+                }
+                task::yield_now().await;
+            }
+        }
+    }
+}
+
+impl ControllerHost for Shard {
+    fn publish(&self, image: Arc<MetadataImage>) -> LocalFuture<'_, Result<(), BrokerError>> {
+        Box::pin(async move {
+            let remote = image.clone();
+            self.mesh
+                .on_every_core(self.apply_metadata(image), |reply| {
+                    ShardMessage::Partition(PartitionMessage::ApplyMetadata {
+                        image: remote.clone(),
+                        reply,
+                    })
+                })
+                .await
+        })
+    }
+
+    fn check_topic_configs(
+        &self,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), TopicConfigError> {
+        topic_config::validate(configs, &self.config)
+    }
+}
+
+fn controller_settings(config: &BrokerConfig, cores: usize) -> ControllerSettings {
+    ControllerSettings {
+        data_dir: config.data_dir.clone(),
+        cores: cores as u16,
+        topics_max: config.limits.topics_max,
+        partitions_per_topic_max: config.limits.partitions_per_topic_max,
+        default_partitions: config.log.num_partitions,
+        offsets_topic_partitions: config.groups.offsets_topic_partitions,
+    }
+}
