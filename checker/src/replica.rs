@@ -486,6 +486,15 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_that_differs_only_in_its_leader_epoch_diverges() {
+        let a = replica(1, &[(0, 4, 10, 1), (5, 9, 11, 2)]);
+        let b = replica(2, &[(0, 4, 10, 1), (5, 9, 11, 1)]);
+        let c = replica(3, &[(0, 4, 10, 1), (5, 9, 11, 1)]);
+        let result = compare(&[a, b, c], &hw(10));
+        assert_eq!(result.anomalies.len(), 1, "{:?}", result.anomalies);
+    }
+
+    #[test]
     fn a_replica_short_of_the_high_watermark_diverges() {
         let a = replica(1, &[(0, 4, 10, 1), (5, 9, 11, 1)]);
         let mut b = replica(2, &[(0, 4, 10, 1)]);

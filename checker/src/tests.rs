@@ -247,6 +247,35 @@ fn seeks_back_and_forward_and_group_rebalances_are_not_skips() {
 }
 
 #[test]
+fn an_ack_at_one_offset_and_a_read_at_another_is_a_duplicate() {
+    let mut b = Builder::default();
+    b.acked(P, 0, 100, 0)
+        .acked(P, 0, 101, 2)
+        .acked(Q, 0, 102, 2);
+    // 101 landed at 1 (first attempt) and its ack names 2, where 102 is.
+    b.final_read(F, 0, &[(0, 100), (1, 101), (2, 102)], 3);
+    let report = b.check();
+    assert!(
+        names(&report).contains(&"duplicate"),
+        "{:?}",
+        report.anomalies
+    );
+    assert_eq!(report.summary.inconsistent, 1);
+}
+
+#[test]
+fn partitions_kept_across_an_assign_keep_their_expected_position() {
+    let mut b = clean();
+    let c2 = 12;
+    b.assign(c2, ConsumerMode::Assign, &[0]).seek(c2, 0, 0);
+    b.poll(c2, &[(0, 0, 100), (0, 1, 200)]);
+    b.assign(c2, ConsumerMode::Assign, &[0, 1])
+        .poll(c2, &[(0, 3, 201)]);
+    let report = b.check();
+    assert_eq!(names(&report), vec!["skip"], "{:?}", report.anomalies);
+}
+
+#[test]
 fn an_acknowledged_write_missing_from_the_final_read_is_lost() {
     let mut b = Builder::default();
     b.acked(P, 0, 100, 0).acked(P, 0, 101, 1);
