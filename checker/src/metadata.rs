@@ -80,8 +80,12 @@ pub fn compare(logs: &[MetadataLog]) -> Vec<Anomaly> {
         if ranges[i] == ranges[reference] {
             continue;
         }
-        let index = (start..=bound)
-            .find(|index| ranges[i].get(index) != ranges[reference].get(index))
+        let index = ranges[i]
+            .keys()
+            .chain(ranges[reference].keys())
+            .copied()
+            .filter(|index| ranges[i].get(index) != ranges[reference].get(index))
+            .min()
             .unwrap_or(start);
         out.push(Anomaly::MetadataDivergence {
             node: log.node,
@@ -99,7 +103,7 @@ fn malformed(log: &MetadataLog) -> Option<Anomaly> {
     let bad = log
         .entries
         .windows(2)
-        .find(|w| w[1].index != w[0].index + 1 || w[1].term < w[0].term)?;
+        .find(|w| w[0].index.checked_add(1) != Some(w[1].index) || w[1].term < w[0].term)?;
     Some(Anomaly::MetadataDivergence {
         node: log.node,
         reference_node: None,

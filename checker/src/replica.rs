@@ -215,10 +215,12 @@ fn read_segment(
             Ok(header) => header,
             Err(e) => return Ok(at(e.to_string())),
         };
-        let expected = match (first, batches.last()) {
-            (true, _) => name_base as i64,
-            (false, Some(previous)) => previous.last_offset + 1,
-            (false, None) => unreachable!("a previous batch of this segment exists"),
+        if header.last_offset() >= crate::model::OFFSET_MAX {
+            return Ok(at(format!("offset {} out of range", header.last_offset())));
+        }
+        let expected = match batches.last() {
+            Some(previous) if !first => previous.last_offset + 1,
+            _ => name_base as i64,
         };
         let continues = batches
             .last()

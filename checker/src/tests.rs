@@ -639,3 +639,175 @@ fn replicas_are_compared_up_to_the_final_read_high_watermark_and_metadata_logs_a
     .expect("check");
     assert!(report.anomalies.is_empty(), "{:?}", report.anomalies);
 }
+
+mod arbitrary {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn kind() -> impl Strategy<Value = EventKind> {
+        let p = 0..3i32;
+        let o = prop_oneof![50 => 0..6i64, 1 => Just(-1i64), 1 => Just(i64::MAX)];
+        let v = 0..40u64;
+        let id = 0..4u64;
+        let op = 0..40u64;
+        prop_oneof![
+            (id.clone(), id.clone(), p.clone(), v.clone()).prop_map(
+                |(process, op, partition, value)| {
+                    EventKind::SendInvoke {
+                        process,
+                        op,
+                        partition,
+                        value,
+                    }
+                }
+            ),
+            (id.clone(), op.clone(), o.clone()).prop_map(|(process, op, offset)| {
+                EventKind::SendOk {
+                    process,
+                    op,
+                    offset,
+                }
+            }),
+            (id.clone(), op.clone()).prop_map(|(process, op)| EventKind::SendFail {
+                process,
+                op,
+                error: "x".into()
+            }),
+            (id.clone(), op).prop_map(|(process, op)| EventKind::SendInfo {
+                process,
+                op,
+                error: "x".into()
+            }),
+            (
+                id.clone(),
+                any::<bool>(),
+                proptest::collection::vec(p.clone(), 0..3)
+            )
+                .prop_map(|(process, group, partitions)| {
+                    let mode = if group {
+                        ConsumerMode::Group
+                    } else {
+                        ConsumerMode::Assign
+                    };
+                    EventKind::Assign {
+                        process,
+                        mode,
+                        partitions,
+                    }
+                }),
+            (id.clone(), p.clone(), proptest::option::of(o.clone())).prop_map(
+                |(process, partition, offset)| {
+                    EventKind::Seek {
+                        process,
+                        partition,
+                        offset,
+                    }
+                }
+            ),
+            (
+                id.clone(),
+                proptest::collection::vec((p.clone(), o.clone(), v.clone()), 0..4)
+            )
+                .prop_map(|(process, records)| EventKind::Poll { process, records }),
+            (
+                id.clone(),
+                p.clone(),
+                proptest::collection::vec((o.clone(), v.clone()), 0..4)
+            )
+                .prop_map(|(process, partition, records)| EventKind::FinalRead {
+                    process,
+                    partition,
+                    records
+                }),
+            (id.clone(), p.clone(), 0..3i64, 0..8i64).prop_map(
+                |(process, partition, log_start, hw)| {
+                    EventKind::FinalEnd {
+                        process,
+                        partition,
+                        log_start,
+                        hw,
+                    }
+                }
+            ),
+            (id.clone(), proptest::collection::vec(p, 0..2)).prop_map(|(id, partitions)| {
+                EventKind::FaultStart {
+                    id: id.to_string(),
+                    fault: "f".into(),
+                    target: "t".into(),
+                    partitions,
+                }
+            }),
+            id.prop_map(|id| EventKind::FaultEnd { id: id.to_string() }),
+        ]
+    }
+
+    /// Unique op ids and values, and completions of earlier uncompleted invokes (with the
+    /// invoker's process), so that most histories are valid and reach every analysis.
+    fn repair(events: Vec<(u64, EventKind)>) -> Vec<Event> {
+        let mut open: Vec<(u64, u64)> = Vec::new();
+        let mut out = Vec::new();
+        for (i, (ms, mut kind)) in events.into_iter().enumerate() {
+            match &mut kind {
+                EventKind::SendInvoke {
+                    op, value, process, ..
+                } => {
+                    (*op, *value) = (i as u64, i as u64);
+                    open.push((*op, *process));
+                }
+                EventKind::SendOk { op, process, .. }
+                | EventKind::SendFail { op, process, .. }
+                | EventKind::SendInfo { op, process, .. } => {
+                    if open.is_empty() {
+                        continue;
+                    }
+                    (*op, *process) = open.remove(*op as usize % open.len());
+                }
+                _ => {}
+            }
+            out.push(Event {
+                mono_ns: ms * 1_000_000,
+                wall_ms: ms,
+                kind,
+            });
+        }
+        out
+    }
+
+    fn events() -> impl Strategy<Value = Vec<(u64, EventKind)>> {
+        proptest::collection::vec((0..20_000u64, kind()), 0..60)
+    }
+
+    #[test]
+    fn most_arbitrary_histories_are_valid_so_the_property_reaches_the_analyses() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let valid = (0..500)
+            .filter(|_| {
+                let events = events().new_tree(&mut runner).expect("tree").current();
+                let history = History {
+                    events: repair(events),
+                };
+                check_history(&history, &CheckOptions::default()).is_ok()
+            })
+            .count();
+        assert!(valid >= 150, "only {valid} of 500 valid");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Whatever a broken driver writes, the checker answers with a report or an error,
+        /// never a panic or a hang.
+        #[test]
+        fn arbitrary_histories_never_panic_the_checker(
+            events in events(),
+        ) {
+            let history = History { events: repair(events) };
+            let _ = check_history(&history, &CheckOptions::default());
+            // And sorted by time, as recorded histories are.
+            let mut sorted = history.clone();
+            sorted.events.sort_by_key(|e| e.mono_ns);
+            let _ = check_history(&sorted, &CheckOptions::default());
+        }
+    }
+}

@@ -121,7 +121,7 @@ pub fn timing(history: &History, model: &Model, liveness_window_ms: u64) -> Timi
                     .map(|(_, complete)| *complete)
                     .min()
             });
-            let ms = first.map(|ns| (ns - fault.start_ns) / NS_PER_MS);
+            let ms = first.map(|ns| ns.saturating_sub(fault.start_ns) / NS_PER_MS);
             let bound = ms.unwrap_or_else(|| {
                 out.notes.push(format!(
                     "fault {}: no acknowledged write to partition {partition} after it started; failover counted to the history's end",
@@ -206,7 +206,7 @@ fn liveness(
             fault: fault.fault.clone(),
             partition,
             healed: model.when(healed_ns, healed_wall_ms),
-            first_ack_ms: first_ns.map(|ns| (ns - healed_ns) / NS_PER_MS),
+            first_ack_ms: first_ns.map(|ns| ns.saturating_sub(healed_ns) / NS_PER_MS),
             window_ms,
         });
     }
