@@ -49,6 +49,7 @@ pub struct ConnectionGuard(Rc<Admission>);
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         let a = &self.0;
+        strict_assert!(a.connections.get() > 0, "a connection closed twice");
         a.connections.set(a.connections.get().saturating_sub(1));
         let closed = &a.metrics.connections_closed;
         closed.set(closed.get() + 1);
@@ -91,6 +92,7 @@ impl Admission {
             ));
         }
         self.connections.set(self.connections.get() + 1);
+        strict_assert!(self.connections.get() <= self.connections_max);
         let opened = &self.metrics.connections_opened;
         opened.set(opened.get() + 1);
         Ok(ConnectionGuard(self.clone()))

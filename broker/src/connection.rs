@@ -104,16 +104,36 @@ impl ReadBuffer {
     }
 }
 
+/// A request in flight: the correlation id its response must carry, and its completion.
+struct Pending {
+    correlation_id: u32,
+    task: ResponseTask,
+    /// Position in the connection's request order, set by [`InFlight::push`].
+    sequence: u64,
+}
+
+impl Pending {
+    fn new(correlation_id: u32, task: ResponseTask) -> Pending {
+        Pending {
+            correlation_id,
+            task,
+            sequence: 0,
+        }
+    }
+}
+
 /// Requests in flight on one connection, in order. Lives on the connection's core.
 struct InFlight {
-    queue: RefCell<VecDeque<ResponseTask>>,
+    queue: RefCell<VecDeque<Pending>>,
+    /// Requests pushed so far.
+    pushed: std::cell::Cell<u64>,
     capacity: usize,
     changed: Notify,
     closed: std::cell::Cell<bool>,
 }
 
 impl InFlight {
-    async fn push(&self, task: ResponseTask) {
+    async fn push(&self, mut task: Pending) {
         loop {
             let seen = self.changed.generation();
             if self.queue.borrow().len() < self.capacity {
@@ -121,11 +141,14 @@ impl InFlight {
             }
             self.changed.changed_since(seen).await;
         }
+        task.sequence = self.pushed.get();
+        self.pushed.set(task.sequence + 1);
         self.queue.borrow_mut().push_back(task);
+        strict_assert!(self.queue.borrow().len() <= self.capacity);
         self.changed.notify_all();
     }
 
-    async fn pop(&self) -> Option<ResponseTask> {
+    async fn pop(&self) -> Option<Pending> {
         loop {
             let seen = self.changed.generation();
             if let Some(t) = self.queue.borrow_mut().pop_front() {
@@ -164,6 +187,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     };
     let in_flight = Rc::new(InFlight {
         queue: RefCell::new(VecDeque::new()),
+        pushed: std::cell::Cell::new(0),
         capacity: shard.config().limits.in_flight_requests_per_connection_max as usize,
         changed: Notify::default(),
         closed: std::cell::Cell::new(false),
@@ -217,8 +241,9 @@ async fn read_loop(
                     Some(p) => p,
                     None => acquire(shard, frame_size(&frame)).await?,
                 };
+                let correlation_id = frame.header.correlation_id;
                 let task = crate::dispatch::request(shard, frame, permit, peer).await;
-                in_flight.push(task).await;
+                in_flight.push(Pending::new(correlation_id, task)).await;
                 continue;
             }
             Ok(None) => {}
@@ -314,17 +339,33 @@ async fn reject_stream(
     let Some(header) = header else { return };
     let failure = Failure::new(error.error_code(), error.to_string());
     let response = wire::error_response(&header, &failure);
-    in_flight
-        .push(task::spawn(async move { Some(response) }))
-        .await;
+    let correlation_id = header.correlation_id;
+    let task = task::spawn(async move { Some(response) });
+    in_flight.push(Pending::new(correlation_id, task)).await;
 }
 
 async fn write_loop(shard: Rc<Shard>, mut stream: TcpStream, in_flight: Rc<InFlight>) {
     let copy_mode = shard.config().fetch.send_mode == FetchSendMode::Copy;
-    while let Some(task) = in_flight.pop().await {
-        let Some(response) = task.await else {
+    let mut next_sequence = 0u64;
+    while let Some(pending) = in_flight.pop().await {
+        // Responses leave in request order: each answers the next request read.
+        strict_assert_eq!(
+            pending.sequence,
+            next_sequence,
+            "a request completed out of request order"
+        );
+        next_sequence += 1;
+        let Some(response) = pending.task.await else {
             continue;
         };
+        strict_assert_eq!(
+            FrameHeader::decode(&response.head, u32::MAX)
+                .ok()
+                .filter(|h| h.is_response())
+                .map(|h| h.correlation_id),
+            Some(pending.correlation_id),
+            "a response left out of request order"
+        );
         if let Err(e) = write_response(&shard, &mut stream, response, copy_mode).await {
             tracing::debug!("write failed, closing connection: {e}");
             break;

@@ -211,13 +211,16 @@ impl Controller {
                 "metadata is not loaded yet",
             ));
         };
+        let before = store.image().revision;
         let (store, result) = task::spawn_blocking(move || {
             let r = store.commit(&change);
             (store, r)
         })
         .await;
         *self.store.borrow_mut() = Some(store);
-        result.map_err(|e| Failure::new(ErrorCode::StorageError, e.to_string()))
+        let image = result.map_err(|e| Failure::new(ErrorCode::StorageError, e.to_string()))?;
+        strict_assert_eq!(image.revision, before + 1, "one revision per change");
+        Ok(image)
     }
 
     fn current(&self) -> Arc<MetadataImage> {

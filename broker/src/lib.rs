@@ -1,6 +1,7 @@
 //! The Borges broker: a thread-per-core server. See docs/ARCHITECTURE.md.
 //!
 //! Modules, from the leaves up (each names only modules before it):
+//! - `assert`: `strict_assert!`, used everywhere.
 //! - `types`, `failure`, [`metadata`], `error`, `metrics`, [`config`], `topic_config`: plain
 //!   values, error types, the metadata image and store, per-core counters.
 //! - `lifecycle`, `admission`, `mesh`: one core's serving/shutdown state, its connections and
@@ -10,6 +11,9 @@
 //! - `shard`: one core's services and the messages between cores.
 //! - `wire`, `handlers`, `dispatch`, `connection`: requests from the wire to the shard and back.
 //! - [`server`]: start-up, executors, listeners, shutdown; [`cli`]: `borges broker`.
+
+#[macro_use]
+mod assert;
 
 mod admission;
 pub mod cli;

@@ -48,6 +48,7 @@ impl Lifecycle {
 
     /// Lets this core accept connections.
     pub fn start_serving(&self) {
+        strict_assert_eq!(self.serving.generation(), 0, "serving started twice");
         self.serving.notify_all();
     }
 
@@ -58,6 +59,7 @@ impl Lifecycle {
 
     /// Marks this core stopped.
     pub fn mark_stopped(&self) {
+        strict_assert!(self.is_shutting_down(), "stopped without shutting down");
         self.stopped.notify_all();
     }
 }

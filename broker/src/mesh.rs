@@ -61,6 +61,12 @@ impl<M: Send + 'static> Mesh<M> {
 
     /// Queues a message for core `to` (waits while that outbox is full).
     pub async fn send(&self, to: usize, msg: M) {
+        strict_assert!(
+            to != self.core && to < self.cores(),
+            "core {} sends to core {to} of {}",
+            self.core,
+            self.cores()
+        );
         match self.outboxes.get(to).and_then(|o| o.as_ref()) {
             Some(outbox) => outbox.push(msg).await,
             None => tracing::error!(
@@ -147,6 +153,7 @@ impl<M: Send + 'static> Outbox<M> {
             self.drained.changed_since(seen).await;
         }
         self.queue.borrow_mut().push_back(msg);
+        strict_assert!(self.queue.borrow().len() <= self.capacity);
         self.pushed.notify_all();
     }
 
@@ -172,6 +179,7 @@ impl<M: Send + 'static> Outbox<M> {
                 self.pushed.changed_since(seen).await;
                 continue;
             }
+            strict_assert!(batch.len() <= MESSAGES_PER_BATCH_MAX);
             self.drained.notify_all();
             if senders.send_to(self.to, batch).await.is_err() {
                 tracing::warn!(to = self.to, "core unreachable; dropping its outbox");

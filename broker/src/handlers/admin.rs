@@ -258,6 +258,7 @@ async fn alter_configs(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
         .iter()
         .filter_map(|(_, n, ops)| ops.as_ref().ok().map(|o| (n.clone(), o.clone())))
         .collect();
+    let asked = valid.len();
     let mut results = match shard
         .controller(|reply| ControllerRequest::AlterConfigs {
             resources: valid,
@@ -266,7 +267,10 @@ async fn alter_configs(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
         })
         .await
     {
-        Ok(r) => r.into_iter(),
+        Ok(r) => {
+            strict_assert_eq!(r.len(), asked, "one controller result per resource");
+            r.into_iter()
+        }
         Err(f) => return request_failed(header, ApiKey::AlterConfigs, &f),
     };
     let mut fbb = FlatBufferBuilder::with_capacity(256);

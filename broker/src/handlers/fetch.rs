@@ -163,6 +163,10 @@ fn response(header: &FrameHeader, slots: &mut [Slot]) -> w::Response {
         let mut parts = Vec::new();
         for i in run {
             let s = &mut slots[i];
+            strict_assert!(
+                s.target.is_err() || s.outcome.is_some(),
+                "a slot without an outcome"
+            );
             let outcome = match (&s.target, s.outcome.take()) {
                 (Err(f), _) => FetchOutcome::failed(f.clone()),
                 (Ok(_), Some(o)) => o,

@@ -94,6 +94,10 @@ fn respond(header: &FrameHeader, failure: Option<&Failure>, slots: &mut [Slot]) 
         let mut parts = Vec::new();
         for i in run {
             let s = &mut slots[i];
+            strict_assert!(
+                s.target.is_err() || s.outcome.is_some(),
+                "a slot without an outcome"
+            );
             let result = match (&s.target, s.outcome.take()) {
                 (Err(f), _) => Err(f.clone()),
                 (Ok(_), Some(o)) => o,

@@ -161,6 +161,7 @@ fn response(header: &FrameHeader, slots: &[Slot]) -> w::Response {
         let mut parts = Vec::new();
         for i in run {
             let s = &slots[i];
+            strict_assert!(s.outcome.is_some(), "a produce slot without an outcome");
             let (failure, ack) = match &s.outcome {
                 Some(Ok(ack)) => (None, Some(*ack)),
                 Some(Err(f)) => (Some(f.clone()), None),

@@ -70,6 +70,7 @@ impl Partition {
         batches: Vec<ValidatedBatch>,
         acks: Acks,
     ) -> Result<PendingAck, Failure> {
+        self.check_owner();
         let min_isr = self.min_insync_replicas.get();
         let isr = self.replica.in_sync_replicas();
         if acks == Acks::All && min_isr > isr as i64 {
@@ -81,14 +82,30 @@ impl Partition {
                 ),
             ));
         }
+        strict_assert!(
+            batches.iter().all(ValidatedBatch::is_intact),
+            "{}: a validated batch changed before its append",
+            self.id
+        );
         let size_bytes: u64 = batches.iter().map(ValidatedBatch::size_bytes).sum();
         let records: u64 = batches.iter().map(ValidatedBatch::records).sum();
+        let span: i64 = batches.iter().map(ValidatedBatch::offset_span).sum();
         self.log.wait_writable(size_bytes).await;
+        // No await from here to the append: nothing else appends in between.
+        let end = self.offsets().log_end_offset;
         let bytes = batches
             .into_iter()
             .map(ValidatedBatch::into_bytes)
             .collect();
         let info = self.log.append(bytes, self.leader_epoch.get())?;
+        strict_assert!(
+            info.base_offset == end && info.last_offset + 1 == end + span,
+            "{}: append at log end {end} of {span} offsets got {}..={}",
+            self.id,
+            info.base_offset,
+            info.last_offset
+        );
+        strict_assert_eq!(self.offsets().log_end_offset, info.last_offset + 1);
         Ok(PendingAck {
             partition: self.clone(),
             acks,
@@ -126,10 +143,23 @@ impl PendingAck {
             Some(d) => time::timeout(d.at.saturating_duration_since(Instant::now()), acked).await,
         };
         match outcome {
-            Some(Ok(())) => Ok(ProduceAck {
-                base_offset: self.base_offset,
-                log_start_offset: self.partition.offsets().log_start_offset,
-            }),
+            Some(Ok(())) => {
+                let offsets = self.partition.offsets();
+                // acks=all waits for what the durability policy needs before consumers see
+                // data, so an acknowledged record is below the high watermark.
+                strict_assert!(
+                    level != borges_storage::AckLevel::All
+                        || offsets.high_watermark > self.last_offset,
+                    "{}: offset {} acknowledged to acks=all above the high watermark {}",
+                    self.partition.id,
+                    self.last_offset,
+                    offsets.high_watermark
+                );
+                Ok(ProduceAck {
+                    base_offset: self.base_offset,
+                    log_start_offset: offsets.log_start_offset,
+                })
+            }
             Some(Err(e)) => Err(e.into()),
             None => Err(Failure::new(
                 ErrorCode::RequestTimedOut,

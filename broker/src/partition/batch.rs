@@ -15,6 +15,17 @@ pub struct ValidatedBatch {
 }
 
 impl ValidatedBatch {
+    /// Offsets the batch takes in the log (`last_offset_delta + 1`).
+    pub fn offset_span(&self) -> i64 {
+        i64::from(self.header.last_offset_delta) + 1
+    }
+
+    /// Whether the bytes still hold the header and CRC they were validated with (nothing wrote
+    /// into them on the way to the owning core). Recomputes the CRC: for `strict_assert!`.
+    pub fn is_intact(&self) -> bool {
+        batch::validate(&self.bytes).is_ok_and(|h| h == self.header)
+    }
+
     /// Size in bytes (header included).
     pub fn size_bytes(&self) -> u64 {
         self.bytes.len() as u64
@@ -133,6 +144,12 @@ mod tests {
         assert!(batches.iter().all(|b| b.records() == 2));
         assert_eq!(batches[0].size_bytes(), one.len() as u64);
         assert_eq!(batches[1].header.crc, batch::validate(&one).unwrap().crc);
+        assert!(batches.iter().all(ValidatedBatch::is_intact));
+        assert_eq!(batches[0].offset_span(), 2);
+        let mut tampered = validate(BytesMut::from(&one[..]), 1 << 20).unwrap();
+        let last = tampered[0].bytes.len() - 1;
+        tampered[0].bytes[last] ^= 1;
+        assert!(!tampered[0].is_intact());
         let last = both.len() - 1;
         both[last] ^= 1;
         assert!(validate(both, 1 << 20).is_err());

@@ -20,6 +20,7 @@ mod table;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::thread::ThreadId;
 
 use borges_runtime::time::Instant;
 use borges_storage::{LogOffsets, PartitionLog, StorageError, TickOutcome};
@@ -42,7 +43,12 @@ use replica::ReplicaState;
 /// messages to that core.
 pub struct Partition {
     id: PartitionRef,
+    /// The core that owns it, and that core's thread: nothing else may touch it.
+    core: usize,
+    thread: ThreadId,
     log: Rc<PartitionLog>,
+    /// The highest high watermark seen: it never moves backwards.
+    high_watermark_seen: Cell<i64>,
     /// Stamped into every appended batch; from the metadata image.
     leader_epoch: Cell<i32>,
     /// `acks=all` is refused while the ISR is smaller; from the topic's configs.
@@ -53,9 +59,18 @@ pub struct Partition {
 }
 
 impl Partition {
-    fn new(id: PartitionRef, log: Rc<PartitionLog>, leader_epoch: i32, min_isr: i64) -> Partition {
+    fn new(
+        id: PartitionRef,
+        core: usize,
+        log: Rc<PartitionLog>,
+        leader_epoch: i32,
+        min_isr: i64,
+    ) -> Partition {
         Partition {
             id,
+            core,
+            thread: std::thread::current().id(),
+            high_watermark_seen: Cell::new(log.offsets().high_watermark),
             log,
             leader_epoch: Cell::new(leader_epoch),
             min_insync_replicas: Cell::new(min_isr),
@@ -74,9 +89,46 @@ impl Partition {
         self.leader_epoch.get()
     }
 
-    /// Log start, high watermark, log end.
+    /// The core that owns it.
+    pub fn core(&self) -> usize {
+        self.core
+    }
+
+    /// Checks that the caller runs on the owning core's thread.
+    fn check_owner(&self) {
+        strict_assert_eq!(
+            std::thread::current().id(),
+            self.thread,
+            "{} is owned by core {} and touched from another thread",
+            self.id,
+            self.core
+        );
+    }
+
+    /// Log start, high watermark, log end; checks that log start <= high watermark <= log
+    /// end and that the high watermark never moved backwards.
     pub fn offsets(&self) -> LogOffsets {
-        self.log.offsets()
+        self.check_owner();
+        let o = self.log.offsets();
+        self.check_offsets(&o);
+        o
+    }
+
+    /// The invariants of a partition's offsets, wherever they come from (the log, a read).
+    fn check_offsets(&self, o: &LogOffsets) {
+        strict_assert!(
+            o.log_start_offset <= o.high_watermark && o.high_watermark <= o.log_end_offset,
+            "{}: offsets out of order: {o:?}",
+            self.id
+        );
+        let seen = self.high_watermark_seen.get();
+        strict_assert!(
+            o.high_watermark >= seen,
+            "{}: high watermark moved backwards from {seen} to {}",
+            self.id,
+            o.high_watermark
+        );
+        self.high_watermark_seen.set(seen.max(o.high_watermark));
     }
 
     /// Figures for metrics.
@@ -105,6 +157,12 @@ impl Partition {
 
     /// Applies leadership and configs from a new metadata image.
     fn set_leadership(&self, leader_epoch: i32, min_isr: i64) {
+        strict_assert!(
+            leader_epoch >= self.leader_epoch.get(),
+            "{}: leader epoch moved backwards from {} to {leader_epoch}",
+            self.id,
+            self.leader_epoch.get()
+        );
         self.leader_epoch.set(leader_epoch);
         self.min_insync_replicas.set(min_isr);
     }

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use borges_protocol::batch::BatchIter;
 use borges_protocol::ErrorCode;
 use borges_runtime::time::{self, Instant};
 use borges_storage::{LogOffsets, ReadBound, ReadChunk};
@@ -80,8 +81,15 @@ impl Partition {
         max_bytes: u64,
         copy: bool,
     ) -> Result<FetchOutcome, Failure> {
+        self.check_owner();
         if copy {
             let (bytes, offsets) = self.read_bytes(fetch_offset, max_bytes).await?;
+            // The log CRC-checked every batch it read from a file (a mismatch is an error and
+            // marks the partition corrupt); this checks, in strict builds, all of them again
+            // and where they lie.
+            strict_assert!(
+                check_batches(&self.id, &bytes, fetch_offset, offsets.high_watermark).is_ok()
+            );
             let size_bytes = bytes.len() as u64;
             let chunks = if bytes.is_empty() {
                 Vec::new()
@@ -100,10 +108,20 @@ impl Partition {
             .log
             .read(fetch_offset, max_bytes, ReadBound::HighWatermark)
             .await?;
+        self.check_offsets(&read.offsets);
+        strict_assert_eq!(
+            read.size_bytes,
+            read.chunks.iter().map(|c| c.len()).sum::<u64>()
+        );
         let mut chunks = Vec::with_capacity(read.chunks.len());
         for chunk in read.chunks {
             chunks.push(match chunk {
-                ReadChunk::Memory(b) => SendChunk::Memory(b),
+                ReadChunk::Memory(b) => {
+                    strict_assert!(
+                        check_batches(&self.id, &b, -1, read.offsets.high_watermark).is_ok()
+                    );
+                    SendChunk::Memory(b)
+                }
                 ReadChunk::File {
                     file,
                     position,
@@ -135,14 +153,18 @@ impl Partition {
         offset: i64,
         max_bytes: u64,
     ) -> Result<(Bytes, LogOffsets), Failure> {
-        Ok(self
+        self.check_owner();
+        let (bytes, offsets) = self
             .log
             .read_bytes(offset, max_bytes, ReadBound::HighWatermark)
-            .await?)
+            .await?;
+        self.check_offsets(&offsets);
+        Ok((bytes, offsets))
     }
 
     /// (offset, timestamp) for a ListOffsets `timestamp`; (-1, -1) when there is none.
     pub async fn list_offsets(&self, timestamp: i64) -> Result<(i64, i64), Failure> {
+        self.check_owner();
         let offsets = self.offsets();
         Ok(match timestamp {
             EARLIEST => (offsets.log_start_offset, -1),
@@ -151,6 +173,37 @@ impl Partition {
             ts => self.log.offset_for_timestamp(ts).await?.unwrap_or((-1, -1)),
         })
     }
+}
+
+/// Checks batches read from the log for a consumer, on the way out of the disk: every batch's
+/// CRC-32C (an error), and, as assertions, offsets that increase, the first batch reaching
+/// `fetch_offset` (-1: any), and nothing at or above the high watermark. For `strict_assert!`:
+/// the log itself refuses batches from files whose CRC does not match.
+fn check_batches(
+    id: &PartitionRef,
+    bytes: &[u8],
+    fetch_offset: i64,
+    high_watermark: i64,
+) -> Result<(), Failure> {
+    let mut next = i64::MIN;
+    for (i, batch) in BatchIter::new(bytes).enumerate() {
+        let (header, _) = batch.map_err(|e| {
+            tracing::error!(partition = %id, "corrupt batch read from the log: {e}");
+            Failure::new(
+                ErrorCode::CorruptRecordBatch,
+                format!("{id}: a batch read from the log after offset {next} is corrupt: {e}"),
+            )
+        })?;
+        strict_assert!(i > 0 || header.last_offset() >= fetch_offset);
+        strict_assert!(
+            header.base_offset >= next && header.last_offset() < high_watermark,
+            "{id}: read batch {}..={} after offset {next}, high watermark {high_watermark}",
+            header.base_offset,
+            header.last_offset()
+        );
+        next = header.next_offset();
+    }
+    Ok(())
 }
 
 fn dup_fd(fd: std::os::fd::RawFd) -> std::io::Result<OwnedFd> {
@@ -245,5 +298,38 @@ impl Future for FirstOf<'_> {
             }
         }
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borges_protocol::batch::{self, BatchBuilder, BatchOptions};
+
+    fn batch_at(base_offset: i64, records: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(BatchOptions::default(), 64);
+        for i in 0..records {
+            b.push(i as i64, None, Some(b"value"), &[]);
+        }
+        let mut bytes = b.build().unwrap().to_vec();
+        batch::set_base_offset(&mut bytes, base_offset);
+        bytes
+    }
+
+    #[test]
+    fn a_corrupt_batch_read_for_a_consumer_is_an_error() {
+        let id = PartitionRef {
+            topic: Arc::from("t"),
+            partition: 0,
+        };
+        let mut bytes = batch_at(0, 2);
+        bytes.extend(batch_at(2, 3));
+        assert!(check_batches(&id, &bytes, 0, 5).is_ok());
+        assert!(check_batches(&id, &[], 0, 0).is_ok());
+        let flipped = bytes.len() - 1;
+        bytes[flipped] ^= 0x40;
+        let failure = check_batches(&id, &bytes, 0, 5).unwrap_err();
+        assert_eq!(failure.code, ErrorCode::CorruptRecordBatch);
+        assert!(failure.to_string().contains("after offset 2"), "{failure}");
     }
 }

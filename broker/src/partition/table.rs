@@ -105,17 +105,21 @@ impl PartitionTable {
 
     /// A partition this core owns.
     pub fn get(&self, partition: &PartitionRef) -> Result<Rc<Partition>, Failure> {
-        self.topics
+        let found = self
+            .topics
             .borrow()
             .get(&*partition.topic)
             .and_then(|t| t.partitions.get(partition.partition as usize))
-            .and_then(|p| p.clone())
-            .ok_or_else(|| {
-                Failure::new(
-                    ErrorCode::NotLeaderOrFollower,
-                    format!("{partition} is not served by core {}", self.core),
-                )
-            })
+            .and_then(|p| p.clone());
+        if let Some(p) = &found {
+            strict_assert!(p.core() == self.core && p.id() == partition);
+        }
+        found.ok_or_else(|| {
+            Failure::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!("{partition} is not served by core {}", self.core),
+            )
+        })
     }
 
     /// Every partition this core owns.
@@ -188,7 +192,12 @@ impl PartitionTable {
             .get(partition)
             .map_or(0, |p| p.leader_epoch);
         let min_isr = topic_config::min_insync_replicas(&topic.configs);
-        let opened = Rc::new(Partition::new(id, log, epoch, min_isr));
+        strict_assert!(
+            topic.partitions.get(partition).map(|p| usize::from(p.core)) == Some(self.core),
+            "core {} opens {id}, which the image places elsewhere",
+            self.core
+        );
+        let opened = Rc::new(Partition::new(id, self.core, log, epoch, min_isr));
         let mut topics = self.topics.borrow_mut();
         let entry = topics
             .entry(topic.name.clone())

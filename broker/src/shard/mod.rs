@@ -29,7 +29,7 @@ use crate::controller::{
 use crate::error::BrokerError;
 use crate::groups::coordinator::{Coordinator, GroupMessage};
 use crate::lifecycle::{Lifecycle, LifecycleMessage};
-use crate::mesh::Mesh;
+use crate::mesh::{Mesh, MESSAGES_PER_BATCH_MAX};
 use crate::metadata::MetadataImage;
 use crate::metrics::{CoreMetrics, CoreReport, MetricsSnapshot};
 use crate::partition::{PartitionMessage, PartitionTable};
@@ -161,6 +161,8 @@ impl Shard {
     /// Executes the batches of messages coming from one other core, in order.
     async fn run_inbox(self: Rc<Self>, inbox: CoreReceiver<Vec<ShardMessage>>) {
         while let Some(batch) = inbox.recv().await {
+            // The other side of `Outbox::run`: whole, bounded, non-empty batches.
+            strict_assert!(!batch.is_empty() && batch.len() <= MESSAGES_PER_BATCH_MAX);
             borges_runtime::executor::note_activity();
             for msg in batch {
                 self.execute(msg).await;

@@ -95,7 +95,9 @@ impl Shard {
         async move {
             let mut out = Vec::new();
             for (indexes, wait) in waits {
-                out.extend(indexes.into_iter().zip(wait.await));
+                let outcomes = wait.await;
+                strict_assert_eq!(outcomes.len(), indexes.len(), "one outcome per item");
+                out.extend(indexes.into_iter().zip(outcomes));
             }
             out
         }
@@ -170,7 +172,9 @@ impl Shard {
         }
         let mut out = Vec::new();
         for (indexes, t) in pending {
-            out.extend(indexes.into_iter().zip(t.await));
+            let outcomes = t.await;
+            strict_assert_eq!(outcomes.len(), indexes.len(), "one outcome per item");
+            out.extend(indexes.into_iter().zip(outcomes));
         }
         out
     }
@@ -223,6 +227,7 @@ impl Shard {
                 });
                 asked.await.unwrap_or_else(|f| vec![Err(f); n])
             };
+            strict_assert_eq!(outcomes.len(), indexes.len(), "one outcome per item");
             out.extend(indexes.into_iter().zip(outcomes));
         }
         out
