@@ -149,8 +149,11 @@ impl Admission {
         let own_addr = SocketAddr::new(listen.ip(), port);
         let own = TcpListener::bind_exclusive(own_addr).map_err(|cause| BrokerError::Io {
             context: format!(
-                "binding core port {own_addr} (core {} of the per-core ports; set core_port_base to move them)",
-                self.core
+                concat!(
+                    "binding core port {} (core {} of the per-core ports; ",
+                    "set core_port_base to move them)"
+                ),
+                own_addr, self.core
             ),
             cause,
         })?;

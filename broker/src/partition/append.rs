@@ -77,7 +77,9 @@ impl Partition {
             return Err(Failure::new(
                 ErrorCode::NotEnoughReplicas,
                 format!(
-                    "min.insync.replicas = {min_isr} but the in-sync replica set has {isr} member{}",
+                    "min.insync.replicas = {} but the in-sync replica set has {} member{}",
+                    min_isr,
+                    isr,
                     if isr == 1 { "" } else { "s" }
                 ),
             ));

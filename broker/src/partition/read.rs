@@ -83,26 +83,7 @@ impl Partition {
     ) -> Result<FetchOutcome, Failure> {
         self.check_owner();
         if copy {
-            let (bytes, offsets) = self.read_bytes(fetch_offset, max_bytes).await?;
-            // The log CRC-checked every batch it read from a file (a mismatch is an error and
-            // marks the partition corrupt); this checks, in strict builds, all of them again
-            // and where they lie.
-            strict_assert!(
-                check_batches(&self.id, &bytes, fetch_offset, offsets.high_watermark).is_ok()
-            );
-            let size_bytes = bytes.len() as u64;
-            let chunks = if bytes.is_empty() {
-                Vec::new()
-            } else {
-                vec![SendChunk::Memory(bytes)]
-            };
-            return Ok(FetchOutcome {
-                failure: None,
-                high_watermark: offsets.high_watermark,
-                log_start_offset: offsets.log_start_offset,
-                chunks,
-                size_bytes,
-            });
+            return self.read_copy(fetch_offset, max_bytes).await;
         }
         let read = self
             .log
@@ -115,28 +96,7 @@ impl Partition {
         );
         let mut chunks = Vec::with_capacity(read.chunks.len());
         for chunk in read.chunks {
-            chunks.push(match chunk {
-                ReadChunk::Memory(b) => {
-                    strict_assert!(
-                        check_batches(&self.id, &b, -1, read.offsets.high_watermark).is_ok()
-                    );
-                    SendChunk::Memory(b)
-                }
-                ReadChunk::File {
-                    file,
-                    position,
-                    length,
-                } => SendChunk::File {
-                    fd: Arc::new(dup_fd(file.as_raw_fd()).map_err(|e| {
-                        Failure::new(
-                            ErrorCode::StorageError,
-                            format!("dup of a segment descriptor: {e}"),
-                        )
-                    })?),
-                    position,
-                    length,
-                },
-            });
+            chunks.push(self.send_chunk(chunk, read.offsets.high_watermark)?);
         }
         Ok(FetchOutcome {
             failure: None,
@@ -144,6 +104,55 @@ impl Partition {
             log_start_offset: read.offsets.log_start_offset,
             chunks,
             size_bytes: read.size_bytes,
+        })
+    }
+
+    /// The copy path: batches read into memory.
+    async fn read_copy(&self, fetch_offset: i64, max_bytes: u64) -> Result<FetchOutcome, Failure> {
+        let (bytes, offsets) = self.read_bytes(fetch_offset, max_bytes).await?;
+        // The log CRC-checked every batch it read from a file (a mismatch is an error and
+        // marks the partition corrupt); this checks, in strict builds, all of them again and
+        // where they lie.
+        strict_assert!(
+            check_batches(&self.id, &bytes, fetch_offset, offsets.high_watermark).is_ok()
+        );
+        let size_bytes = bytes.len() as u64;
+        let chunks = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            vec![SendChunk::Memory(bytes)]
+        };
+        Ok(FetchOutcome {
+            failure: None,
+            high_watermark: offsets.high_watermark,
+            log_start_offset: offsets.log_start_offset,
+            chunks,
+            size_bytes,
+        })
+    }
+
+    /// A chunk of a read as the connection sends it: memory as is, a file range with a
+    /// descriptor of its own (the chunk may cross cores and outlive the read).
+    fn send_chunk(&self, chunk: ReadChunk, high_watermark: i64) -> Result<SendChunk, Failure> {
+        Ok(match chunk {
+            ReadChunk::Memory(b) => {
+                strict_assert!(check_batches(&self.id, &b, -1, high_watermark).is_ok());
+                SendChunk::Memory(b)
+            }
+            ReadChunk::File {
+                file,
+                position,
+                length,
+            } => SendChunk::File {
+                fd: Arc::new(dup_fd(file.as_raw_fd()).map_err(|e| {
+                    Failure::new(
+                        ErrorCode::StorageError,
+                        format!("dup of a segment descriptor: {e}"),
+                    )
+                })?),
+                position,
+                length,
+            },
         })
     }
 

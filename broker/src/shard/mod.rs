@@ -346,7 +346,8 @@ impl Shard {
             let now = time::now_ms();
             for p in self.partitions.all() {
                 if let Err(e) = p.tick(now).await {
-                    tracing::error!(topic = %p.id().topic, partition = p.id().partition, "log maintenance failed: {e}");
+                    let (topic, partition) = (&p.id().topic, p.id().partition);
+                    tracing::error!(%topic, partition, "log maintenance failed: {e}");
                 }
                 task::yield_now().await;
             }
