@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use borges_protocol::ErrorCode;
 use borges_runtime::net::TcpListener;
-use borges_runtime::sync::{Notify, Semaphore, StaticPermit};
-use thiserror::Error;
+use borges_runtime::sync::Notify;
 
 use crate::config::LimitsConfig;
 use crate::error::BrokerError;
 use crate::failure::Failure;
 use crate::metrics::CoreMetrics;
+use crate::request_memory::RequestMemory;
 use crate::types::CoreEndpoint;
 
 /// Connections, request memory and listeners of one core. Lives on that core.
@@ -22,10 +22,14 @@ pub struct Admission {
     core: usize,
     connections: Cell<u32>,
     connections_max: u32,
-    /// Bytes of request frames in flight on this core.
-    request_memory: Rc<Semaphore>,
+    /// Bytes of request frames being read or served on this core.
+    request_memory: Rc<RequestMemory>,
     /// Bumped whenever a connection closes.
     connection_closed: Notify,
+    /// Refused connections being answered and closed.
+    refusals: Cell<u32>,
+    /// Bumped whenever a refusal ends.
+    refusal_ended: Notify,
     /// Bound by `bind`, taken once serving starts.
     listeners: RefCell<Vec<TcpListener>>,
     /// Every core's own address, known once all cores are bound.
@@ -33,14 +37,20 @@ pub struct Admission {
     metrics: Rc<CoreMetrics>,
 }
 
-/// Request memory could not be had (the semaphore was closed).
-#[derive(Debug, Error)]
-#[error("request memory for {bytes} bytes: {reason}")]
-pub struct RequestMemoryError {
-    /// Bytes asked for.
-    pub bytes: u64,
-    /// The runtime's reason.
-    pub reason: String,
+/// Refused connections a core answers at once; beyond it the core accepts no connection until
+/// one refusal ends, so that every refused connection is answered (the others wait in the
+/// listen backlog) and refusals hold a bounded number of descriptors.
+pub const REFUSALS_IN_PROGRESS_MAX: u32 = 64;
+
+/// Counts a refusal in progress for as long as it lives.
+pub struct RefusalGuard(Rc<Admission>);
+
+impl Drop for RefusalGuard {
+    fn drop(&mut self) {
+        let a = &self.0;
+        a.refusals.set(a.refusals.get().saturating_sub(1));
+        a.refusal_ended.notify_all();
+    }
 }
 
 /// Counts an admitted connection for as long as it lives.
@@ -70,8 +80,13 @@ impl Admission {
             core,
             connections: Cell::new(0),
             connections_max: limits.connections_max.div_ceil(cores as u32).max(1),
-            request_memory: Rc::new(Semaphore::new(limits.request_memory_bytes_max_per_core)),
+            request_memory: RequestMemory::new(
+                limits.request_memory_bytes_max_per_core,
+                u64::from(limits.frame_size_bytes_max),
+            ),
             connection_closed: Notify::default(),
+            refusals: Cell::new(0),
+            refusal_ended: Notify::default(),
             listeners: RefCell::new(Vec::new()),
             endpoints: RefCell::new(Arc::new(Vec::new())),
             metrics,
@@ -98,6 +113,23 @@ impl Admission {
         Ok(ConnectionGuard(self.clone()))
     }
 
+    /// Counts a refusal (answering a connection that is not admitted) until the guard drops.
+    pub fn refusing(self: &Rc<Self>) -> RefusalGuard {
+        self.refusals.set(self.refusals.get() + 1);
+        RefusalGuard(self.clone())
+    }
+
+    /// Resolves once fewer than [`REFUSALS_IN_PROGRESS_MAX`] refusals are in progress.
+    pub async fn refusal_slot(&self) {
+        loop {
+            let seen = self.refusal_ended.generation();
+            if self.refusals.get() < REFUSALS_IN_PROGRESS_MAX {
+                return;
+            }
+            self.refusal_ended.changed_since(seen).await;
+        }
+    }
+
     /// Open connections.
     pub fn connections(&self) -> u32 {
         self.connections.get()
@@ -114,20 +146,14 @@ impl Admission {
         }
     }
 
-    /// Waits for `bytes` of request memory.
-    pub async fn request_memory(&self, bytes: u64) -> Result<StaticPermit, RequestMemoryError> {
-        self.request_memory
-            .acquire_static_permit(bytes)
-            .await
-            .map_err(|e| RequestMemoryError {
-                bytes,
-                reason: e.to_string(),
-            })
+    /// The request memory of this core.
+    pub fn request_memory(&self) -> &Rc<RequestMemory> {
+        &self.request_memory
     }
 
     /// Request memory not in use.
     pub fn request_memory_available_bytes(&self) -> u64 {
-        self.request_memory.available()
+        self.request_memory.available_bytes()
     }
 
     /// Binds this core's listeners (the shared main address and its own port); returns its

@@ -105,6 +105,12 @@ impl Default for BrokerConfig {
 pub struct LimitsConfig {
     /// Largest frame accepted (header + message + payload).
     pub frame_size_bytes_max: u32,
+    /// Largest first frame of a connection (a connection that has not completed a frame yet
+    /// gets a smaller budget than an established one); at most `frame_size_bytes_max` applies.
+    pub first_frame_size_bytes_max: u32,
+    /// A frame must arrive whole within this long of its first byte (waits for request memory
+    /// included), or the connection is closed with a typed error.
+    pub frame_read_timeout_ms: u64,
     /// Connections per broker (split evenly over cores).
     pub connections_max: u32,
     /// Requests a connection may have in flight before the broker stops reading from it.
@@ -125,6 +131,8 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig {
             frame_size_bytes_max: borges_protocol::frame::FRAME_SIZE_BYTES_MAX_DEFAULT,
+            first_frame_size_bytes_max: 16 * 1024 * 1024,
+            frame_read_timeout_ms: 5_000,
             connections_max: 10_000,
             in_flight_requests_per_connection_max: 128,
             request_memory_bytes_max_per_core: 512 * 1024 * 1024,
@@ -133,6 +141,39 @@ impl Default for LimitsConfig {
             topics_max: 100_000,
             partitions_per_topic_max: 100_000,
         }
+    }
+}
+
+impl LimitsConfig {
+    /// Checks the limits and the relations between them.
+    fn validate(&self) -> Result<(), BrokerError> {
+        let fail = |m: String| Err(BrokerError::Config(m));
+        let l = self;
+        if l.frame_size_bytes_max < borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN {
+            return fail(format!(
+                "limits.frame_size_bytes_max must be at least {}",
+                borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN
+            ));
+        }
+        if l.first_frame_size_bytes_max < borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN {
+            return fail(format!(
+                "limits.first_frame_size_bytes_max must be at least {}",
+                borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN
+            ));
+        }
+        if l.frame_read_timeout_ms == 0 {
+            return fail("limits.frame_read_timeout_ms must be positive".into());
+        }
+        if u64::from(l.frame_size_bytes_max) > l.request_memory_bytes_max_per_core {
+            return fail("limits.request_memory_bytes_max_per_core must hold at least one frame of limits.frame_size_bytes_max".into());
+        }
+        if l.connections_max == 0 || l.in_flight_requests_per_connection_max == 0 {
+            return fail("limits.connections_max and limits.in_flight_requests_per_connection_max must be positive".into());
+        }
+        if l.cross_core_queue_depth_max == 0 {
+            return fail("limits.cross_core_queue_depth_max must be positive".into());
+        }
+        Ok(())
     }
 }
 
@@ -349,22 +390,8 @@ impl BrokerConfig {
                 self.metrics_listen
             ));
         }
+        self.limits.validate()?;
         let l = &self.limits;
-        if l.frame_size_bytes_max < borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN {
-            return fail(format!(
-                "limits.frame_size_bytes_max must be at least {}",
-                borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN
-            ));
-        }
-        if u64::from(l.frame_size_bytes_max) > l.request_memory_bytes_max_per_core {
-            return fail("limits.request_memory_bytes_max_per_core must hold at least one frame of limits.frame_size_bytes_max".into());
-        }
-        if l.connections_max == 0 || l.in_flight_requests_per_connection_max == 0 {
-            return fail("limits.connections_max and limits.in_flight_requests_per_connection_max must be positive".into());
-        }
-        if l.cross_core_queue_depth_max == 0 {
-            return fail("limits.cross_core_queue_depth_max must be positive".into());
-        }
         if self.log.max_message_bytes >= l.frame_size_bytes_max {
             return fail(
                 "log.max_message_bytes must be smaller than limits.frame_size_bytes_max".into(),

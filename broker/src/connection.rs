@@ -10,99 +10,25 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
-use borges_protocol::frame::{Frame, FrameDecoder, FrameHeader};
-use borges_protocol::DecodeError;
+use borges_protocol::frame::{FrameHeader, FRAME_HEADER_SIZE_BYTES};
+use borges_protocol::ErrorCode;
 use borges_runtime::net::TcpStream;
-use borges_runtime::sync::{Notify, StaticPermit};
+use borges_runtime::sync::Notify;
 use borges_runtime::task;
 use borges_runtime::time;
-use bytes::BytesMut;
 use thiserror::Error;
 
-use crate::admission::RequestMemoryError;
 use crate::config::FetchSendMode;
 use crate::dispatch::ResponseTask;
 use crate::failure::Failure;
+use crate::frame_reader::{FrameReader, ReadStop};
 use crate::shard::Shard;
 use crate::types::SendChunk;
 use crate::wire::{self, Response};
-
-/// Why a connection's reader stopped.
-#[derive(Debug, Error)]
-enum CloseReason {
-    #[error("broker shutting down")]
-    ShuttingDown,
-    #[error("peer closed")]
-    PeerClosed,
-    #[error("idle for {0} ms")]
-    Idle(u128),
-    #[error("read: {0}")]
-    Read(std::io::Error),
-    #[error("undecodable frame")]
-    UndecodableFrame,
-    #[error(transparent)]
-    RequestMemory(RequestMemoryError),
-}
-
-/// Bytes read from a socket at once when no frame size is known yet.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
-
-/// The read buffer of a connection. Large frames get a buffer of their own from `calloc` (whose
-/// fresh pages the kernel hands out zeroed), so no memset pass precedes the receive copy;
-/// `initialized` tracks how far past `len` the bytes are known to be initialized, so that
-/// growing `len` over them needs no zeroing either.
-struct ReadBuffer {
-    buf: BytesMut,
-    /// `buf[..initialized]` (up to capacity) is initialized memory.
-    initialized: usize,
-}
-
-impl ReadBuffer {
-    fn new() -> ReadBuffer {
-        ReadBuffer {
-            buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
-            initialized: 0,
-        }
-    }
-
-    /// Grows `len` by `want` bytes for a receive and returns them. `frame_total` is the size of
-    /// the frame being read, when its header has been seen.
-    fn prepare(&mut self, want: usize, frame_total: Option<usize>) -> &mut [u8] {
-        let start = self.buf.len();
-        if let Some(total) = frame_total {
-            if total > READ_CHUNK_BYTES && self.buf.capacity() < total {
-                let mut fresh = BytesMut::zeroed(total);
-                fresh[..start].copy_from_slice(&self.buf);
-                fresh.truncate(start);
-                self.buf = fresh;
-                self.initialized = total;
-            }
-        }
-        let end = start + want;
-        if end <= self.initialized && end <= self.buf.capacity() {
-            // SAFETY: bytes up to `initialized` were written (zeroed or received) in this very
-            // allocation, which neither `truncate` nor `split_to` moves or frees.
-            unsafe { self.buf.set_len(end) };
-        } else {
-            self.buf.resize(end, 0);
-            self.initialized = end;
-        }
-        &mut self.buf[start..]
-    }
-
-    /// Keeps `n` of the bytes prepared at `start`.
-    fn commit(&mut self, start: usize, n: usize) {
-        self.buf.truncate(start + n);
-    }
-
-    /// Notes that `n` bytes were split off the front.
-    fn consumed(&mut self, n: usize) {
-        self.initialized = self.initialized.saturating_sub(n);
-    }
-}
 
 /// A request in flight: the correlation id its response must carry, and its completion.
 struct Pending {
@@ -168,6 +94,33 @@ impl InFlight {
     }
 }
 
+/// Why a connection's reader stopped.
+#[derive(Debug, Error)]
+enum CloseReason {
+    #[error("broker shutting down")]
+    ShuttingDown,
+    #[error("peer closed")]
+    PeerClosed,
+    #[error("idle for {0:?}")]
+    Idle(Duration),
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    /// Answered with this failure; the connection closes after lingering.
+    #[error("refused: {0}")]
+    Refused(Failure),
+}
+
+impl From<ReadStop> for CloseReason {
+    fn from(stop: ReadStop) -> CloseReason {
+        match stop {
+            ReadStop::PeerClosed => CloseReason::PeerClosed,
+            ReadStop::Idle(d) => CloseReason::Idle(d),
+            ReadStop::Failed(e) => CloseReason::Read(e),
+            ReadStop::Refused(f) => CloseReason::Refused(f),
+        }
+    }
+}
+
 /// Serves one accepted connection until it closes.
 pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let peer = stream
@@ -176,13 +129,16 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         .unwrap_or_default();
     let _guard = match shard.admission().admit() {
         Ok(guard) => guard,
-        Err(refusal) => return refuse(stream, &refusal).await,
+        Err(refusal) => return refuse(shard, stream, refusal).await,
     };
     let writer_stream = match stream.try_clone() {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(%peer, "cannot duplicate socket: {e}");
-            return;
+            let refusal = Failure::new(
+                ErrorCode::TooManyConnections,
+                format!("no descriptor for the connection: {e}"),
+            );
+            return refuse(shard, stream, refusal).await;
         }
     };
     let in_flight = Rc::new(InFlight {
@@ -194,52 +150,105 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     });
     let writer = task::spawn(write_loop(shard.clone(), writer_stream, in_flight.clone()));
     let peer_host: Rc<str> = Rc::from(peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h));
-    if let Err(reason) = read_loop(&shard, stream, &in_flight, &peer_host).await {
-        tracing::debug!(%peer, "closing connection: {reason}");
-    }
+    let mut stream = stream;
+    let reason = read_loop(&shard, &mut stream, &in_flight, &peer_host).await;
+    tracing::debug!(%peer, "closing connection: {reason}");
     in_flight.close();
     writer.await;
+    if matches!(reason, CloseReason::Refused(_)) {
+        linger(&mut stream).await;
+    }
 }
 
-/// Answers a connection over the core's limit with an ErrorResponse and closes it.
-async fn refuse(mut stream: TcpStream, refusal: &Failure) {
-    let header = FrameHeader::new(0, 0, 0, 0, 0, 0).unwrap_or(FrameHeader {
-        frame_size_bytes: 24,
-        header_size_bytes: 24,
-        api_key: 0,
-        api_version: 0,
-        flags: 0,
-        correlation_id: 0,
-        message_size_bytes: 0,
-        header_crc32c: 0,
-    });
-    let r = wire::error_response(&header, refusal);
-    let _ = stream.write_all(&r.head).await;
-    let _ = stream.shutdown().await;
+/// How long a connection that is being closed after an error is read (and what it sends
+/// dropped) so that its last response is not destroyed by a reset.
+const LINGER_MS: u64 = 1_000;
+
+/// Most bytes read and dropped while lingering.
+const LINGER_BYTES_MAX: usize = 1 << 20;
+
+/// Reads and drops what the peer still sends, until it closes, for at most [`LINGER_MS`] and
+/// [`LINGER_BYTES_MAX`]. The sending side is already shut down, so the peer has read end of
+/// stream after the last response.
+async fn linger(stream: &mut TcpStream) {
+    let deadline = time::Instant::now() + Duration::from_millis(LINGER_MS);
+    let mut sink = [0u8; 4096];
+    let mut dropped = 0;
+    while dropped < LINGER_BYTES_MAX {
+        let left = deadline.saturating_duration_since(time::Instant::now());
+        match time::timeout(left, stream.read(&mut sink)).await {
+            Some(Ok(n)) if n > 0 => dropped += n,
+            _ => return,
+        }
+    }
+}
+
+/// Longest wait for a refused connection's first request header, so that the refusal answers
+/// that request (with its correlation id) instead of arriving unasked.
+const REFUSAL_HEADER_WAIT_MS_MAX: u64 = 1_000;
+
+/// Answers the first request of a connection that cannot be served (over `connections_max`,
+/// or no descriptor for it) with an ErrorResponse carrying `refusal`, then closes it. A peer
+/// that sends no header within [`REFUSAL_HEADER_WAIT_MS_MAX`] is closed without an answer.
+pub async fn refuse(shard: Rc<Shard>, mut stream: TcpStream, refusal: Failure) {
+    let _refusing = shard.admission().refusing();
+    let wait = Duration::from_millis(
+        REFUSAL_HEADER_WAIT_MS_MAX.min(shard.config().limits.frame_read_timeout_ms),
+    );
+    let deadline = time::Instant::now() + wait;
+    let mut head = [0u8; FRAME_HEADER_SIZE_BYTES];
+    let mut got = 0;
+    while got < head.len() {
+        let left = deadline.saturating_duration_since(time::Instant::now());
+        match time::timeout(left, stream.read(&mut head[got..])).await {
+            Some(Ok(n)) if n > 0 => got += n,
+            _ => return,
+        }
+    }
+    let Some(header) = request_header(&head) else {
+        return;
+    };
+    let r = wire::error_response(&header, &refusal);
+    if stream.write_all(&r.head).await.is_ok() && stream.shutdown_write().await.is_ok() {
+        linger(&mut stream).await;
+    }
+}
+
+/// The header to answer a frame with: its own (key, version, correlation id) when its first
+/// bytes are a valid header, else key 0 and correlation id 0.
+fn request_header(buf: &[u8]) -> Option<FrameHeader> {
+    FrameHeader::decode(buf, u32::MAX)
+        .ok()
+        .and_then(|h| FrameHeader::new(h.api_key, h.api_version, 0, h.correlation_id, 0, 0))
+        .or_else(|| FrameHeader::new(0, 0, 0, 0, 0, 0))
 }
 
 async fn read_loop(
     shard: &Rc<Shard>,
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
     in_flight: &InFlight,
     peer: &Rc<str>,
-) -> Result<(), CloseReason> {
+) -> CloseReason {
     let limits = &shard.config().limits;
     let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
-    let mut decoder = FrameDecoder::new(limits.frame_size_bytes_max);
-    let mut rb = ReadBuffer::new();
-    let mut permit: Option<StaticPermit> = None;
+    let memory = shard.admission().request_memory().clone();
+    let mut reader = FrameReader::new(limits);
     loop {
         if shard.lifecycle().is_shutting_down() {
-            return Err(CloseReason::ShuttingDown);
+            return CloseReason::ShuttingDown;
         }
-        match decoder.decode(&mut rb.buf) {
-            Ok(Some(frame)) => {
+        match reader.next_frame() {
+            Ok(Some((frame, permit))) => {
                 borges_runtime::executor::note_activity();
-                rb.consumed(frame.header.frame_size_bytes as usize);
-                let permit = match permit.take() {
+                let size_bytes = u64::from(frame.header.frame_size_bytes);
+                let permit = match permit {
                     Some(p) => p,
-                    None => acquire(shard, frame_size(&frame)).await?,
+                    None => {
+                        match until_shutdown(shard, memory.take(size_bytes, size_bytes)).await {
+                            Some(p) => p,
+                            None => return CloseReason::ShuttingDown,
+                        }
+                    }
                 };
                 let correlation_id = frame.header.correlation_id;
                 let task = crate::dispatch::request(shard, frame, permit, peer).await;
@@ -247,101 +256,58 @@ async fn read_loop(
                 continue;
             }
             Ok(None) => {}
-            Err(e) => {
-                reject_stream(shard, in_flight, &rb.buf, e).await;
-                return Err(CloseReason::UndecodableFrame);
+            Err(failure) => {
+                count(&shard.metrics().malformed_frames);
+                return answer_and_close(in_flight, request_header(&reader.rb.buf), failure).await;
             }
         }
-        let total = decoder.frame_size_bytes_next();
-        let want = match total {
-            Some(total) => {
-                if permit.is_none() {
-                    permit = Some(acquire(shard, total as u64).await?);
-                }
-                total.saturating_sub(rb.buf.len()).max(1)
+        match until_shutdown(shard, reader.fill(&memory, stream, idle)).await {
+            None => return CloseReason::ShuttingDown,
+            Some(Ok(n)) => {
+                let received = &shard.metrics().bytes_received;
+                received.set(received.get() + n as u64);
             }
-            None => READ_CHUNK_BYTES,
-        };
-        let start = rb.buf.len();
-        let read = read_some(shard, &mut stream, rb.prepare(want, total), idle).await;
-        match read {
-            Ok(0) => {
-                rb.commit(start, 0);
-                return Err(CloseReason::PeerClosed);
+            Some(Err(ReadStop::Refused(failure))) => {
+                count(&shard.metrics().frames_timed_out);
+                return answer_and_close(in_flight, request_header(&reader.rb.buf), failure).await;
             }
-            Ok(n) => {
-                rb.commit(start, n);
-                shard
-                    .metrics()
-                    .bytes_received
-                    .set(shard.metrics().bytes_received.get() + n as u64);
-            }
-            Err(e) => {
-                rb.commit(start, 0);
-                return Err(e);
-            }
+            Some(Err(stop)) => return stop.into(),
         }
     }
 }
 
-fn frame_size(frame: &Frame) -> u64 {
-    u64::from(frame.header.frame_size_bytes)
+fn count(counter: &std::cell::Cell<u64>) {
+    counter.set(counter.get() + 1);
 }
 
-async fn acquire(shard: &Rc<Shard>, bytes: u64) -> Result<StaticPermit, CloseReason> {
-    shard
-        .admission()
-        .request_memory(bytes)
-        .await
-        .map_err(CloseReason::RequestMemory)
-}
-
-/// Reads, giving up after `idle` without bytes or when the broker starts shutting down.
-async fn read_some(
-    shard: &Rc<Shard>,
-    stream: &mut TcpStream,
-    buf: &mut [u8],
-    idle: Duration,
-) -> Result<usize, CloseReason> {
+/// Runs `future` unless the broker starts shutting down first (`None`).
+async fn until_shutdown<T>(shard: &Rc<Shard>, future: impl Future<Output = T>) -> Option<T> {
     let seen = shard.lifecycle().shutdown().generation();
-    let read = futures_lite::future::or(
-        async { Some(time::timeout(idle, stream.read(buf)).await) },
-        async {
-            shard.lifecycle().shutdown().changed_since(seen).await;
-            None
-        },
-    )
-    .await;
-    match read {
-        None => Err(CloseReason::ShuttingDown),
-        Some(None) => Err(CloseReason::Idle(idle.as_millis())),
-        Some(Some(Ok(n))) => Ok(n),
-        Some(Some(Err(e))) => Err(CloseReason::Read(e)),
+    if shard.lifecycle().is_shutting_down() {
+        return None;
     }
+    futures_lite::future::or(async { Some(future.await) }, async {
+        shard.lifecycle().shutdown().changed_since(seen).await;
+        None
+    })
+    .await
 }
 
-/// Answers an undecodable frame with an ErrorResponse (correlation id when the header is
-/// readable, else 0) before the connection closes.
-async fn reject_stream(
-    shard: &Rc<Shard>,
+/// Queues an ErrorResponse for a frame that cannot be served (correlation id of its header
+/// when that is readable, else 0); the connection closes after it.
+async fn answer_and_close(
     in_flight: &InFlight,
-    buf: &BytesMut,
-    error: DecodeError,
-) {
-    shard
-        .metrics()
-        .malformed_frames
-        .set(shard.metrics().malformed_frames.get() + 1);
-    let header = FrameHeader::decode(buf, u32::MAX)
-        .ok()
-        .and_then(|h| FrameHeader::new(h.api_key, h.api_version, 0, h.correlation_id, 0, 0))
-        .or_else(|| FrameHeader::new(0, 0, 0, 0, 0, 0));
-    let Some(header) = header else { return };
-    let failure = Failure::new(error.error_code(), error.to_string());
-    let response = wire::error_response(&header, &failure);
-    let correlation_id = header.correlation_id;
-    let task = task::spawn(async move { Some(response) });
-    in_flight.push(Pending::new(correlation_id, task)).await;
+    header: Option<FrameHeader>,
+    failure: Failure,
+) -> CloseReason {
+    if let Some(header) = header {
+        let response = wire::error_response(&header, &failure);
+        let task = task::spawn(async move { Some(response) });
+        in_flight
+            .push(Pending::new(header.correlation_id, task))
+            .await;
+    }
+    CloseReason::Refused(failure)
 }
 
 async fn write_loop(shard: Rc<Shard>, mut stream: TcpStream, in_flight: Rc<InFlight>) {
@@ -371,7 +337,7 @@ async fn write_loop(shard: Rc<Shard>, mut stream: TcpStream, in_flight: Rc<InFli
             break;
         }
     }
-    let _ = stream.shutdown().await;
+    let _ = stream.shutdown_write().await;
 }
 
 async fn write_response(

@@ -2,12 +2,12 @@
 
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{ApiKey, ErrorCode};
-use borges_runtime::sync::StaticPermit;
 use borges_runtime::task::{self, Task};
 use std::rc::Rc;
 
 use crate::failure::Failure;
 use crate::handlers;
+use crate::request_memory::MemoryPermit;
 use crate::shard::Shard;
 use crate::wire::{self, Response};
 
@@ -19,7 +19,7 @@ pub type ResponseTask = Task<Option<Response>>;
 pub async fn request(
     shard: &Rc<Shard>,
     frame: Frame,
-    permit: StaticPermit,
+    permit: MemoryPermit,
     peer: &Rc<str>,
 ) -> ResponseTask {
     let header = frame.header;

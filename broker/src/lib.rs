@@ -4,12 +4,13 @@
 //! - `assert`: `strict_assert!`, used everywhere.
 //! - `types`, `failure`, [`metadata`], `error`, `metrics`, [`config`], `topic_config`: plain
 //!   values, error types, the metadata image and store, per-core counters.
-//! - `lifecycle`, `admission`, `mesh`: one core's serving/shutdown state, its connections and
-//!   listeners, its outboxes to the other cores.
+//! - `lifecycle`, `request_memory`, `admission`, `mesh`: one core's serving/shutdown state, its
+//!   request memory, its connections and listeners, its outboxes to the other cores.
 //! - `partition`: the partitions a core owns (append, read, long poll, offsets).
 //! - `groups`, `controller`: consumer-group coordinators and metadata changes (core 0).
 //! - `shard`: one core's services and the messages between cores.
-//! - `wire`, `handlers`, `dispatch`, `connection`: requests from the wire to the shard and back.
+//! - `wire`, `handlers`, `dispatch`, `frame_reader`, `connection`: requests from the wire to the
+//!   shard and back.
 //! - [`server`]: start-up, executors, listeners, shutdown; [`cli`]: `borges broker`.
 
 #[macro_use]
@@ -23,6 +24,7 @@ mod controller;
 mod dispatch;
 mod error;
 mod failure;
+mod frame_reader;
 mod groups;
 mod handlers;
 mod lifecycle;
@@ -31,6 +33,7 @@ mod mesh;
 pub mod metadata;
 mod metrics;
 mod partition;
+mod request_memory;
 mod server;
 mod shard;
 mod topic_config;

@@ -44,6 +44,10 @@ pub struct CoreMetrics {
     pub connections_refused: Cell<u64>,
     /// Frames that could not be decoded.
     pub malformed_frames: Cell<u64>,
+    /// Frames not received whole within `frame_read_timeout_ms`.
+    pub frames_timed_out: Cell<u64>,
+    /// Accepts that failed for want of file descriptors (EMFILE, ENFILE).
+    pub accept_descriptor_errors: Cell<u64>,
     /// Requests (or parts of them) forwarded to another core.
     pub forwarded: Cell<u64>,
 }
@@ -105,6 +109,8 @@ impl CoreMetrics {
             connections_closed: Cell::new(0),
             connections_refused: Cell::new(0),
             malformed_frames: Cell::new(0),
+            frames_timed_out: Cell::new(0),
+            accept_descriptor_errors: Cell::new(0),
             forwarded: Cell::new(0),
         }
     }
@@ -179,6 +185,11 @@ impl CoreMetrics {
                 self.connections_refused.get(),
             ),
             ("borges_malformed_frames_total", self.malformed_frames.get()),
+            ("borges_frames_timed_out_total", self.frames_timed_out.get()),
+            (
+                "borges_accept_descriptor_errors_total",
+                self.accept_descriptor_errors.get(),
+            ),
             ("borges_cross_core_forwards_total", self.forwarded.get()),
         ];
         let gauges = vec![

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use borges_protocol::ErrorCode;
 use borges_runtime::channel::{self, MeshEndpoints};
 use borges_runtime::executor::{self, ExecutorConfig};
 use borges_runtime::net::{TcpListener, TcpStream};
@@ -21,6 +22,7 @@ use borges_storage::{CoreStorage, StorageConfig};
 use crate::admission::core_port;
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::failure::Failure;
 use crate::lifecycle::LifecycleMessage;
 use crate::shard::{Shard, ShardMessage};
 use crate::types::CoreEndpoint;
@@ -335,20 +337,57 @@ async fn accept_when_serving(shard: Rc<Shard>) {
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     let lifecycle = shard.lifecycle().clone();
+    // A descriptor kept free, so that a connection can be accepted (and refused with a typed
+    // error) even when the process is out of descriptors.
+    let mut spare = spare_descriptor();
+    let mut refuse_next = false;
     loop {
         let seen = lifecycle.shutdown().generation();
         if lifecycle.is_shutting_down() {
             return;
         }
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            lifecycle.shutdown().changed_since(seen).await;
-            None
-        })
+        let accepted = futures_lite::future::or(
+            async {
+                shard.admission().refusal_slot().await;
+                Some(listener.accept().await)
+            },
+            async {
+                lifecycle.shutdown().changed_since(seen).await;
+                None
+            },
+        )
         .await;
         match accepted {
             None => return,
+            Some(Ok(stream)) if refuse_next => {
+                refuse_next = false;
+                let refusal = Failure::new(
+                    ErrorCode::TooManyConnections,
+                    "the broker is out of file descriptors (RLIMIT_NOFILE); retry later",
+                );
+                task::spawn(crate::connection::refuse(shard.clone(), stream, refusal)).detach();
+                spare = spare_descriptor();
+            }
             Some(Ok(stream)) => {
                 task::spawn(crate::connection::serve(shard.clone(), stream)).detach();
+            }
+            Some(Err(e)) if is_out_of_descriptors(&e) => {
+                let errors = &shard.metrics().accept_descriptor_errors;
+                errors.set(errors.get() + 1);
+                if errors.get().is_power_of_two() {
+                    tracing::warn!(
+                        core = shard.id(),
+                        "accept: {e} ({} times so far); refusing connections with \
+                         TooManyConnections",
+                        errors.get()
+                    );
+                }
+                // Free the spare: the next accept gets a descriptor and refuses its connection.
+                refuse_next = spare.take().is_some();
+                if !refuse_next {
+                    time::sleep(Duration::from_millis(10)).await;
+                    spare = spare_descriptor();
+                }
             }
             Some(Err(e)) => {
                 tracing::warn!(core = shard.id(), "accept failed: {e}");
@@ -356,6 +395,16 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
             }
         }
     }
+}
+
+/// A descriptor held in reserve (on /dev/null), if one can be had.
+fn spare_descriptor() -> Option<File> {
+    File::open("/dev/null").ok()
+}
+
+/// EMFILE or ENFILE: the process or the system is out of file descriptors (transient).
+pub fn is_out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 async fn shutdown_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {

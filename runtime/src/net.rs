@@ -191,6 +191,14 @@ impl TcpStream {
         Ok(self.inner.shutdown(std::net::Shutdown::Both).await?)
     }
 
+    /// Shuts down the sending direction only (the peer reads end of stream after what was
+    /// sent), so that bytes the peer still sends can be read and dropped before closing:
+    /// closing a socket with unread bytes sends a reset, which can destroy the last response
+    /// before the peer reads it.
+    pub async fn shutdown_write(&self) -> io::Result<()> {
+        Ok(self.inner.shutdown(std::net::Shutdown::Write).await?)
+    }
+
     /// Sends `length` bytes of `file` from `position` with `sendfile(2)`, without copying them
     /// through user space and without blocking the core (see the module docs). With
     /// `offload = false` the system call runs on the core itself, which is cheaper when the data
