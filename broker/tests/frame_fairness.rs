@@ -299,3 +299,63 @@ fn honest_large_frames_beyond_request_memory_all_complete() {
         assert_eq!(ErrorCode::from_u16(code), ErrorCode::None, "request {id}");
     }
 }
+
+/// Reads, in a thread, until the broker closes `s`: the bytes it sent, or why it did not close
+/// within [`SERVED_DEADLINE`].
+fn read_answer_then_close(mut s: TcpStream) -> std::thread::JoinHandle<Result<Vec<u8>, String>> {
+    std::thread::spawn(move || {
+        s.set_read_timeout(Some(SERVED_DEADLINE)).unwrap();
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match s.read(&mut chunk) {
+                Ok(0) => return Ok(out),
+                Ok(n) => out.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(out),
+                Err(e) => return Err(format!("not closed: {e} after {} bytes", out.len())),
+            }
+        }
+    })
+}
+
+#[test]
+fn many_slow_connections_are_closed_at_the_frame_deadline_while_others_are_served() {
+    let broker = start("frame_read_timeout_ms = 2000");
+    let addrs = core_addrs(&broker);
+    // Per core: 50 that send only a header, 50 that trickle their bodies a byte at a time.
+    let (mut silent, mut trickling, mut readers) = (Vec::new(), Vec::new(), Vec::new());
+    for (core, addr) in addrs.iter().enumerate() {
+        for i in 0..100u32 {
+            let id = 1000 * (core as u32 + 1) + i;
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.write_all(&declared_header(8 << 20, id)).unwrap();
+            readers.push((id, read_answer_then_close(s.try_clone().unwrap())));
+            if i % 2 == 0 {
+                silent.push(s);
+            } else {
+                trickling.push(s);
+            }
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let trickler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || trickle(trickling, stop))
+    };
+    normal_clients_are_served(&broker, "200 connections are slow");
+    for (id, reader) in readers {
+        let bytes = reader
+            .join()
+            .expect("reader")
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(
+            error_of(&bytes),
+            (ErrorCode::RequestTimedOut, id),
+            "slow connection {id}"
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    trickler.join().unwrap();
+    drop(silent);
+    normal_clients_are_served(&broker, "after 200 frame read timeouts");
+}
