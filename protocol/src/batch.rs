@@ -23,8 +23,16 @@
 //! key_length varint (-1 = null), key, value_length varint (-1 = null), value,
 //! headers_count varint, then per header key_length varint, key, value_length varint, value`.
 //!
-//! Validation ([`validate`], [`RecordBatch::parse`]) reads the header and checks lengths, magic,
-//! counts and the CRC in place: no copy, no allocation, no panic on any input.
+//! Three levels of checking, none of which copies, allocates per record or panics on any input:
+//! - [`validate`] (and [`RecordBatch::parse`], [`BatchIter`], [`split_batches`]): the header,
+//!   lengths, magic, counts and the CRC, in place. What storage checks when it reads its own
+//!   files back.
+//! - [`validate_produced`] ([`split_produced`]): what a broker accepts from a producer: the above,
+//!   the attribute bits a producer may set, `records_count >= 1` with `last_offset_delta =
+//!   records_count - 1`, and every record decoded and checked (docs/protocol.md section 5),
+//!   zstd sections inflated through a fixed window up to `decompressed_size_bytes_max`.
+//! - [`RecordBatch::records`]: decodes every record of a stored batch under the same record
+//!   rules (offset deltas only need to increase: compaction leaves holes).
 
 use std::cell::RefCell;
 use std::io::Read;
@@ -33,9 +41,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
 
 use crate::error::ErrorCode;
-use crate::varint::{
-    get_varint, get_varlong, put_varint, put_varlong, varint_size, varlong_size, VarintError,
-};
+use crate::records::{self, Deltas, RecordRule, Rules, SliceSource, Span, Visit};
+use crate::varint::{put_varint, put_varlong, varint_size, varlong_size};
 
 /// Bytes before `batch_length`'s coverage starts: base_offset (8) + batch_length (4).
 pub const LOG_OVERHEAD_BYTES: usize = 12;
@@ -95,6 +102,8 @@ const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 const ATTR_DELETE_HORIZON: i16 = 0x40;
+/// Attribute bits 7-15: reserved, always 0.
+const ATTR_RESERVED_MASK: i16 = !0x7f;
 
 /// Compression codec of a batch (attribute bits 0-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -177,7 +186,10 @@ pub enum BatchError {
     #[error("unsupported compression codec {0:?} (Borges supports none and zstd)")]
     UnsupportedCompression(Compression),
     /// records_count is negative or does not match last_offset_delta.
-    #[error("invalid record count {records_count} with last_offset_delta {last_offset_delta}")]
+    #[error(
+        "records_count {records_count} and last_offset_delta {last_offset_delta} disagree \
+         (a producer's batch has records_count >= 1 and last_offset_delta = records_count - 1)"
+    )]
     InvalidRecordCount {
         /// The header's records_count.
         records_count: i32,
@@ -212,7 +224,7 @@ pub enum BatchError {
     /// The compressed block could not be decompressed.
     #[error("decompression failed: {0}")]
     Decompression(String),
-    /// A record inside the batch is malformed.
+    /// A record is refused for a reason of the caller's (a policy outside the format rules).
     #[error("invalid record {index}: {reason}")]
     InvalidRecord {
         /// Zero-based index of the record in the batch.
@@ -220,9 +232,49 @@ pub enum BatchError {
         /// What is wrong.
         reason: &'static str,
     },
-    /// The records section does not end where the batch ends.
+    /// A record inside the batch breaks a rule of the record format.
+    #[error("invalid record {index}{}: {rule}", offset_delta_suffix(*.offset_delta))]
+    Record {
+        /// Zero-based index of the record in the batch.
+        index: u32,
+        /// The record's offset delta, once it was read.
+        offset_delta: Option<i32>,
+        /// The rule it breaks.
+        rule: RecordRule,
+    },
+    /// The records section does not end where the batch (or its decompressed records) ends.
     #[error("records section has {0} trailing bytes")]
     TrailingBytes(u64),
+    /// Attribute bits that a producer's batch may not carry.
+    #[error("attributes {attributes:#06x}: {reason}")]
+    AttributesRefused {
+        /// The batch's attributes.
+        attributes: i16,
+        /// Which bits and why.
+        reason: &'static str,
+    },
+    /// max_timestamp is not the largest record timestamp.
+    #[error("max_timestamp {max_timestamp} is not the largest record timestamp {largest}")]
+    MaxTimestampMismatch {
+        /// The header's max_timestamp.
+        max_timestamp: i64,
+        /// The largest timestamp of the records.
+        largest: i64,
+    },
+    /// A batch after the first of a concatenation failed (the first fails unwrapped).
+    #[error("batch {index} at byte {position}: {source}")]
+    InBatch {
+        /// Zero-based index of the batch.
+        index: u32,
+        /// Its first byte in the concatenation.
+        position: u64,
+        /// What is wrong with it.
+        source: Box<BatchError>,
+    },
+}
+
+fn offset_delta_suffix(offset_delta: Option<i32>) -> String {
+    offset_delta.map_or_else(String::new, |d| format!(" (offset delta {d})"))
 }
 
 impl BatchError {
@@ -234,6 +286,11 @@ impl BatchError {
                 ErrorCode::UnsupportedCompression
             }
             BatchError::TooLarge { .. } => ErrorCode::RecordBatchTooLarge,
+            BatchError::Record {
+                rule: RecordRule::NegativeTimestamp { .. },
+                ..
+            } => ErrorCode::InvalidTimestamp,
+            BatchError::InBatch { source, .. } => source.error_code(),
             _ => ErrorCode::InvalidRecordBatch,
         }
     }
@@ -389,6 +446,11 @@ impl BatchHeader {
 /// CRC-32C. Returns its header; the batch occupies `src[..header.size_bytes()]`.
 pub fn validate(src: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(src)?;
+    check_length_and_crc(&header, src)?;
+    Ok(header)
+}
+
+fn check_length_and_crc(header: &BatchHeader, src: &[u8]) -> Result<(), BatchError> {
     let size = header.size_bytes();
     if src.len() < size {
         return Err(BatchError::Truncated {
@@ -403,7 +465,103 @@ pub fn validate(src: &[u8]) -> Result<BatchHeader, BatchError> {
             computed,
         });
     }
+    Ok(())
+}
+
+/// Limits on the batches a producer sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceLimits {
+    /// Largest batch, header included (the topic's `max.message.bytes`).
+    pub batch_size_bytes_max: usize,
+    /// Largest decompressed records section of one zstd batch.
+    pub decompressed_size_bytes_max: usize,
+}
+
+/// The rules for a producer's records: offset deltas 0, 1, 2, ..., timestamps >= 0.
+const PRODUCED: Rules = Rules {
+    deltas: Deltas::Exact,
+    producer_timestamps: true,
+};
+/// The rules for stored records: deltas increase (compaction leaves holes), any timestamp.
+const STORED: Rules = Rules {
+    deltas: Deltas::Increasing,
+    producer_timestamps: false,
+};
+
+/// Validates the one batch at the start of `src` as a broker accepts it from a producer:
+/// everything [`validate`] checks, the size limit (before the CRC is computed), the header rules
+/// of [`check_produced_header`], and every record decoded and checked (zstd records inflated
+/// through a fixed window, at most `limits.decompressed_size_bytes_max` bytes); the header's
+/// max_timestamp must be the largest record timestamp. Returns the header; the batch occupies
+/// `src[..header.size_bytes()]`.
+pub fn validate_produced(src: &[u8], limits: ProduceLimits) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(src)?;
+    if header.size_bytes() > limits.batch_size_bytes_max {
+        return Err(BatchError::TooLarge {
+            size_bytes: header.size_bytes() as u64,
+            size_bytes_max: limits.batch_size_bytes_max as u64,
+        });
+    }
+    check_length_and_crc(&header, src)?;
+    check_produced_header(&header)?;
+    let section = &src[field::RECORDS..header.size_bytes()];
+    let summary = match header.compression() {
+        Compression::Zstd => records::walk_zstd(
+            &header,
+            PRODUCED,
+            section,
+            limits.decompressed_size_bytes_max,
+            &mut (),
+        )?,
+        _ => records::walk(&header, PRODUCED, &mut SliceSource::new(section), &mut ())?,
+    };
+    if summary.max_timestamp != header.max_timestamp {
+        return Err(BatchError::MaxTimestampMismatch {
+            max_timestamp: header.max_timestamp,
+            largest: summary.max_timestamp,
+        });
+    }
     Ok(header)
+}
+
+/// The header rules for a producer's batch: a supported codec (none or zstd), attribute bits
+/// 3-15 clear (reserved bits; LogAppendTime and the delete horizon are the broker's to set;
+/// transactional and control batches are not supported yet), at least one record, and
+/// `last_offset_delta = records_count - 1`.
+pub fn check_produced_header(header: &BatchHeader) -> Result<(), BatchError> {
+    let compression = header.compression();
+    if !compression.is_supported() {
+        return Err(BatchError::UnsupportedCompression(compression));
+    }
+    let refused = |reason| BatchError::AttributesRefused {
+        attributes: header.attributes,
+        reason,
+    };
+    if header.attributes & ATTR_RESERVED_MASK != 0 {
+        return Err(refused("reserved bits 7-15 must be 0"));
+    }
+    if header.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL) != 0 {
+        return Err(refused(
+            "transactional and control batches are not supported yet",
+        ));
+    }
+    if header.attributes & ATTR_TIMESTAMP_TYPE != 0 {
+        return Err(refused(
+            "bit 3 (LogAppendTime) is the broker's to set; producers write CreateTime",
+        ));
+    }
+    if header.attributes & ATTR_DELETE_HORIZON != 0 {
+        return Err(refused(
+            "bit 6 (delete horizon) is set by compaction, never by producers",
+        ));
+    }
+    if header.records_count < 1 || header.last_offset_delta != header.records_count - 1 {
+        return Err(BatchError::InvalidRecordCount {
+            records_count: header.records_count,
+            last_offset_delta: header.last_offset_delta,
+        });
+    }
+    Ok(())
 }
 
 /// Writes `base_offset` into a batch header in place (outside the CRC).
@@ -473,6 +631,30 @@ pub fn split_batches(
                 size_bytes_max: batch_size_bytes_max as u64,
             });
         }
+        out.push((header, src.split_to(header.size_bytes())));
+    }
+    Ok(out)
+}
+
+/// Splits a producer's concatenated batches into one `BytesMut` per batch without copying,
+/// validating each with [`validate_produced`]. A failure in a batch after the first names it
+/// ([`BatchError::InBatch`]).
+pub fn split_produced(
+    mut src: BytesMut,
+    limits: ProduceLimits,
+) -> Result<Vec<(BatchHeader, BytesMut)>, BatchError> {
+    let mut out = Vec::new();
+    let mut position = 0u64;
+    while !src.is_empty() {
+        let header = validate_produced(&src, limits).map_err(|e| match out.len() {
+            0 => e,
+            index => BatchError::InBatch {
+                index: index as u32,
+                position,
+                source: Box::new(e),
+            },
+        })?;
+        position += header.size_bytes() as u64;
         out.push((header, src.split_to(header.size_bytes())));
     }
     Ok(out)
@@ -580,6 +762,7 @@ impl RecordBatch {
         let records = match self.header.compression() {
             Compression::None => section,
             Compression::Zstd => {
+                records::check_zstd_frames(&section)?;
                 Bytes::from(decompress_zstd(&section, decompressed_size_bytes_max)?)
             }
             other => return Err(BatchError::UnsupportedCompression(other)),
@@ -682,117 +865,57 @@ fn decompress_zstd_stream(src: &[u8], size_bytes_max: usize) -> Result<Vec<u8>, 
     Ok(out)
 }
 
-struct RecordReader<'a> {
-    src: &'a Bytes,
-    position: usize,
-    end: usize,
-    index: u32,
+/// Collects the records of an in-memory section as `Bytes` views of it.
+struct Collect<'a> {
+    section: &'a Bytes,
+    base_offset: i64,
+    headers: Vec<RecordHeader>,
+    out: Vec<Record>,
 }
 
-impl RecordReader<'_> {
-    fn fail(&self, reason: &'static str) -> BatchError {
-        BatchError::InvalidRecord {
-            index: self.index,
-            reason,
+impl Collect<'_> {
+    fn bytes(&self, span: Span) -> Option<Bytes> {
+        match span {
+            Span::At(range) => Some(self.section.slice(range)),
+            Span::Null | Span::Skipped => None,
         }
-    }
-
-    fn varint(&mut self, what: &'static str) -> Result<i32, BatchError> {
-        let (v, n) = get_varint(&self.src[self.position..self.end]).map_err(|e| match e {
-            VarintError::Truncated => self.fail(what),
-            VarintError::Overlong => self.fail("overlong varint"),
-        })?;
-        self.position += n;
-        Ok(v)
-    }
-
-    fn varlong(&mut self, what: &'static str) -> Result<i64, BatchError> {
-        let (v, n) = get_varlong(&self.src[self.position..self.end]).map_err(|e| match e {
-            VarintError::Truncated => self.fail(what),
-            VarintError::Overlong => self.fail("overlong varlong"),
-        })?;
-        self.position += n;
-        Ok(v)
-    }
-
-    fn nullable_bytes(&mut self, what: &'static str) -> Result<Option<Bytes>, BatchError> {
-        let len = self.varint(what)?;
-        if len < -1 {
-            return Err(self.fail("negative length"));
-        }
-        if len == -1 {
-            return Ok(None);
-        }
-        let len = len as usize;
-        if self.end - self.position < len {
-            return Err(self.fail(what));
-        }
-        let out = self.src.slice(self.position..self.position + len);
-        self.position += len;
-        Ok(Some(out))
     }
 }
 
-fn decode_records(header: &BatchHeader, src: &Bytes) -> Result<Vec<Record>, BatchError> {
-    let count = header.records_count as usize;
-    // Each record takes at least 7 bytes; never pre-allocate from an unchecked count.
-    let mut out = Vec::with_capacity(count.min(src.len() / 7 + 1));
-    let mut reader = RecordReader {
-        src,
-        position: 0,
-        end: src.len(),
-        index: 0,
-    };
-    for index in 0..count {
-        reader.index = index as u32;
-        reader.end = src.len();
-        let length = reader.varint("record length truncated")?;
-        if length < 0 || (length as usize) > src.len() - reader.position {
-            return Err(reader.fail("record length exceeds the batch"));
-        }
-        reader.end = reader.position + length as usize;
-        if reader.position >= reader.end {
-            return Err(reader.fail("empty record"));
-        }
-        reader.position += 1; // attributes, unused in v2
-        let timestamp_delta = reader.varlong("timestamp delta truncated")?;
-        let offset_delta = reader.varint("offset delta truncated")?;
-        if offset_delta < 0 || offset_delta > header.last_offset_delta {
-            return Err(reader.fail("offset delta outside the batch"));
-        }
-        let key = reader.nullable_bytes("key truncated")?;
-        let value = reader.nullable_bytes("value truncated")?;
-        let headers_count = reader.varint("headers count truncated")?;
-        if headers_count < 0 {
-            return Err(reader.fail("negative headers count"));
-        }
-        let mut headers = Vec::with_capacity((headers_count as usize).min(16));
-        for _ in 0..headers_count {
-            let key = reader
-                .nullable_bytes("header key truncated")?
-                .ok_or_else(|| reader.fail("null header key"))?;
-            let value = reader.nullable_bytes("header value truncated")?;
-            headers.push(RecordHeader { key, value });
-        }
-        if reader.position != reader.end {
-            return Err(reader.fail("record length does not match its fields"));
-        }
-        let timestamp = match header.timestamp_type() {
-            TimestampType::LogAppendTime => header.max_timestamp,
-            TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
+impl Visit for Collect<'_> {
+    const WANTS_SPANS: bool = true;
+
+    fn header(&mut self, key: Span, value: Span) {
+        let header = RecordHeader {
+            key: self.bytes(key).unwrap_or_default(),
+            value: self.bytes(value),
         };
-        out.push(Record {
-            offset: header.base_offset + i64::from(offset_delta),
+        self.headers.push(header);
+    }
+
+    fn record(&mut self, offset_delta: i32, timestamp: i64, key: Span, value: Span) {
+        let record = Record {
+            offset: self.base_offset + i64::from(offset_delta),
             timestamp,
-            key,
-            value,
-            headers,
-        });
+            key: self.bytes(key),
+            value: self.bytes(value),
+            headers: std::mem::take(&mut self.headers),
+        };
+        self.out.push(record);
     }
-    if reader.end != src.len() {
-        return Err(BatchError::TrailingBytes((src.len() - reader.end) as u64));
-    }
-    Ok(out)
+}
+
+fn decode_records(header: &BatchHeader, section: &Bytes) -> Result<Vec<Record>, BatchError> {
+    let count = header.records_count.max(0) as usize;
+    let mut collect = Collect {
+        section,
+        base_offset: header.base_offset,
+        headers: Vec::new(),
+        // Never pre-allocate from an unchecked count: each record takes at least 7 bytes.
+        out: Vec::with_capacity(count.min(section.len() / 7 + 1)),
+    };
+    records::walk(header, STORED, &mut SliceSource::new(section), &mut collect)?;
+    Ok(collect.out)
 }
 
 /// Options for a new batch.

@@ -5,6 +5,8 @@
 //! - [`frame`]: the 24-byte frame header and the sans-IO [`frame::FrameDecoder`].
 //! - [`api`]: API keys and versions; [`api::wire`] holds the generated flatbuffers messages.
 //! - [`batch`]: Kafka RecordBatch v2: validation, record decoding, [`batch::BatchBuilder`].
+//! - [`records`]: the record format's rules, checked field by field (over memory or a zstd
+//!   stream); the rule a bad record breaks ([`records::RecordRule`]).
 //! - [`message`]: verified decoding of flatbuffers messages, payload ranges, frame encoding.
 //! - [`error`]: the wire [`ErrorCode`] enum and the crate's [`DecodeError`].
 //! - [`partitioner`]: Kafka's murmur2 keyed partitioner.
@@ -17,6 +19,7 @@ pub mod error;
 pub mod frame;
 pub mod message;
 pub mod partitioner;
+pub mod records;
 pub mod varint;
 
 #[allow(

@@ -72,20 +72,50 @@ fn get_unsigned(src: &[u8], bytes_max: usize) -> Result<(u64, usize), VarintErro
     Err(VarintError::Overlong)
 }
 
-/// Decodes a zigzag varint; returns the value and the number of bytes read.
-pub fn get_varint(src: &[u8]) -> Result<(i32, usize), VarintError> {
-    let (raw, n) = get_unsigned(src, 5)?;
-    if raw > u64::from(u32::MAX) {
-        return Err(VarintError::Overlong);
+/// The unsigned value of a one- or two-byte varint at the start of `src`, with its size: most
+/// fields of a record (lengths below 8 KiB, small deltas, counts) take one or two bytes.
+#[inline(always)]
+fn short_unsigned(src: &[u8]) -> Option<(u64, usize)> {
+    match *src {
+        [b0, ..] if b0 < 0x80 => Some((u64::from(b0), 1)),
+        [b0, b1, ..] if b1 < 0x80 => Some((u64::from(b0 & 0x7f) | (u64::from(b1) << 7), 2)),
+        _ => None,
     }
+}
+
+/// Decodes a zigzag varint; returns the value and the number of bytes read.
+#[inline(always)]
+pub fn get_varint(src: &[u8]) -> Result<(i32, usize), VarintError> {
+    let (raw, n) = match short_unsigned(src) {
+        Some(short) => short,
+        None => long_varint(src)?,
+    };
     let raw = raw as u32;
     Ok((((raw >> 1) as i32) ^ -((raw & 1) as i32), n))
 }
 
+#[inline(never)]
+fn long_varint(src: &[u8]) -> Result<(u64, usize), VarintError> {
+    let (raw, n) = get_unsigned(src, 5)?;
+    if raw > u64::from(u32::MAX) {
+        return Err(VarintError::Overlong);
+    }
+    Ok((raw, n))
+}
+
 /// Decodes a zigzag varlong; returns the value and the number of bytes read.
+#[inline(always)]
 pub fn get_varlong(src: &[u8]) -> Result<(i64, usize), VarintError> {
-    let (raw, n) = get_unsigned(src, 10)?;
+    let (raw, n) = match short_unsigned(src) {
+        Some(short) => short,
+        None => long_varlong(src)?,
+    };
     Ok((((raw >> 1) as i64) ^ -((raw & 1) as i64), n))
+}
+
+#[inline(never)]
+fn long_varlong(src: &[u8]) -> Result<(u64, usize), VarintError> {
+    get_unsigned(src, 10)
 }
 
 #[cfg(test)]

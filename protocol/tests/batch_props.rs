@@ -10,6 +10,10 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 
 const DECOMPRESSED_SIZE_BYTES_MAX: usize = 16 << 20;
+const LIMITS: batch::ProduceLimits = batch::ProduceLimits {
+    batch_size_bytes_max: 1 << 20,
+    decompressed_size_bytes_max: DECOMPRESSED_SIZE_BYTES_MAX,
+};
 
 #[derive(Debug, Clone)]
 struct Input {
@@ -206,6 +210,42 @@ proptest! {
         }
     }
 
+    /// Every batch our producer builds from valid input passes the broker's produce validation,
+    /// and a corrupted one (CRC fixed up, so the damage reaches the records) either fails it or
+    /// still decodes to exactly `records_count` records at offsets base, base + 1, ...: what the
+    /// streaming validator accepts, the in-memory decoder reads.
+    #[test]
+    fn produce_validation_accepts_what_producers_build_and_only_what_decodes(
+        compression in prop_oneof![Just(Compression::None), Just(Compression::Zstd)],
+        inputs in prop::collection::vec(input_strategy(), 1..6),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4),
+    ) {
+        let options = BatchOptions { compression, ..BatchOptions::default() };
+        let inputs: Vec<Input> = inputs
+            .into_iter()
+            .map(|i| Input { timestamp: i.timestamp.max(0), ..i })
+            .collect();
+        let bytes = build(options, &inputs);
+        prop_assert!(batch::validate_produced(&bytes, LIMITS).is_ok());
+        let mut bad = bytes.to_vec();
+        for (at, flip) in flips {
+            let at = field::ATTRIBUTES + at.index(bad.len() - field::ATTRIBUTES);
+            bad[at] ^= flip;
+        }
+        fix_crc(&mut bad);
+        if let Ok(header) = batch::validate_produced(&bad, LIMITS) {
+            let records = RecordBatch::parse(Bytes::from(bad))
+                .unwrap()
+                .records(DECOMPRESSED_SIZE_BYTES_MAX)
+                .unwrap();
+            prop_assert_eq!(records.len(), header.records_count as usize);
+            for (i, r) in records.iter().enumerate() {
+                prop_assert_eq!(r.offset, i as i64);
+                prop_assert!(r.timestamp >= 0 && r.timestamp <= header.max_timestamp);
+            }
+        }
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         let mut bytes = bytes;
@@ -224,6 +264,7 @@ proptest! {
             }
         }
         let _ = RecordBatch::parse_many(&bytes);
+        let _ = batch::validate_produced(&bytes, LIMITS);
         if let Ok(b) = RecordBatch::parse(bytes) {
             let _ = b.records(DECOMPRESSED_SIZE_BYTES_MAX);
         }

@@ -173,3 +173,19 @@ fn kafka_batches_are_rejected_when_any_covered_byte_changes() {
         }
     }
 }
+
+#[test]
+fn librdkafka_batches_pass_the_brokers_produce_validation() {
+    let limits = batch::ProduceLimits {
+        batch_size_bytes_max: 1 << 20,
+        decompressed_size_bytes_max: 1 << 20,
+    };
+    for bytes in [rdkafka_null_key(), rdkafka_zstd()] {
+        let header = batch::validate_produced(&bytes, limits).unwrap();
+        assert_eq!(header.size_bytes(), bytes.len());
+    }
+    assert_eq!(
+        batch::validate_produced(&java_snappy(), limits),
+        Err(BatchError::UnsupportedCompression(Compression::Snappy))
+    );
+}
