@@ -1,13 +1,12 @@
 //! `ValidatedBatch`: a record batch checked once, on the core that received it, and carried
 //! with its parsed header from then on, so that no later step parses the header again.
 
-use borges_protocol::batch::{self, BatchError, BatchHeader, Compression};
-use borges_protocol::varint::get_varint;
+use borges_protocol::batch::{self, BatchError, BatchHeader};
 use bytes::BytesMut;
 
-/// One record batch that passed validation: header fields, lengths, CRC-32C, a supported
-/// codec, no control or transactional flags, at least one record, and for uncompressed batches
-/// a records section that holds exactly `records_count` records. Only [`validate`] makes one.
+/// One record batch that passed validation (`batch::validate_produced`: header fields,
+/// lengths, CRC-32C, a supported codec, the attribute bits a producer may set, at least one
+/// record, and every record decoded and checked). Only [`validate`] makes one.
 #[derive(Debug)]
 pub struct ValidatedBatch {
     header: BatchHeader,
@@ -43,69 +42,21 @@ impl ValidatedBatch {
 }
 
 /// Cuts one partition's bytes into batches and validates each; nothing is returned unless
-/// every batch is valid. `batch_size_bytes_max` is the topic's `max.message.bytes`.
+/// every batch is valid. `batch_size_bytes_max` is the topic's `max.message.bytes`; zstd
+/// records may inflate to `batch::DECOMPRESSED_SIZE_BYTES_MAX_DEFAULT`.
 pub fn validate(
     bytes: BytesMut,
     batch_size_bytes_max: usize,
 ) -> Result<Vec<ValidatedBatch>, BatchError> {
-    let batches = batch::split_batches(bytes, batch_size_bytes_max)?;
-    let mut out = Vec::with_capacity(batches.len());
-    for (header, bytes) in batches {
-        check_batch(&header, &bytes)?;
-        out.push(ValidatedBatch { header, bytes });
-    }
-    Ok(out)
-}
-
-/// Checks what the CRC cannot: a supported codec, no control or transactional batches, and for
-/// uncompressed batches that the records section holds exactly `records_count` records.
-fn check_batch(header: &BatchHeader, bytes: &[u8]) -> Result<(), BatchError> {
-    let compression = header.compression();
-    if !compression.is_supported() {
-        return Err(BatchError::UnsupportedCompression(compression));
-    }
-    if header.is_control() || header.is_transactional() {
-        return Err(BatchError::InvalidRecord {
-            index: 0,
-            reason: "transactional and control batches are not supported yet",
-        });
-    }
-    if header.records_count == 0 {
-        return Err(BatchError::InvalidRecordCount {
-            records_count: 0,
-            last_offset_delta: header.last_offset_delta,
-        });
-    }
-    if compression == Compression::None {
-        check_record_framing(header, &bytes[batch::field::RECORDS..])?;
-    }
-    Ok(())
-}
-
-/// Walks the length prefixes of an uncompressed records section.
-fn check_record_framing(header: &BatchHeader, mut records: &[u8]) -> Result<(), BatchError> {
-    let mut index = 0u32;
-    while !records.is_empty() {
-        let (len, n) = get_varint(records).map_err(|_| BatchError::InvalidRecord {
-            index,
-            reason: "bad record length",
-        })?;
-        if len <= 0 || (len as usize) > records.len() - n {
-            return Err(BatchError::InvalidRecord {
-                index,
-                reason: "record length exceeds the batch",
-            });
-        }
-        records = &records[n + len as usize..];
-        index += 1;
-    }
-    if index as i32 != header.records_count {
-        return Err(BatchError::InvalidRecordCount {
-            records_count: header.records_count,
-            last_offset_delta: header.last_offset_delta,
-        });
-    }
-    Ok(())
+    let limits = batch::ProduceLimits {
+        batch_size_bytes_max,
+        decompressed_size_bytes_max: batch::DECOMPRESSED_SIZE_BYTES_MAX_DEFAULT,
+    };
+    let batches = batch::split_produced(bytes, limits)?;
+    Ok(batches
+        .into_iter()
+        .map(|(header, bytes)| ValidatedBatch { header, bytes })
+        .collect())
 }
 
 #[cfg(test)]
@@ -118,20 +69,6 @@ mod tests {
         b.push(1, Some(b"k"), Some(b"v"), &[]);
         b.push(2, None, Some(b"w"), &[]);
         b.build().unwrap()
-    }
-
-    #[test]
-    fn record_framing_catches_a_lying_count() {
-        let bytes = two_records();
-        let header = batch::validate(&bytes).unwrap();
-        assert!(check_batch(&header, &bytes).is_ok());
-        let mut lying = header;
-        lying.records_count = 3;
-        lying.last_offset_delta = 2;
-        assert!(check_record_framing(&lying, &bytes[batch::field::RECORDS..]).is_err());
-        assert!(
-            check_record_framing(&header, &bytes[batch::field::RECORDS..bytes.len() - 1]).is_err()
-        );
     }
 
     #[test]
