@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use borges_protocol::batch::RecordBatch;
+use borges_protocol::batch::{BatchError, BatchHeader, RecordBatch};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -54,6 +54,9 @@ struct PartitionState {
     high_watermark: i64,
     /// Paused by the application: not fetched, its buffered records are held back.
     paused: bool,
+    /// A fetched batch at `fetch_position` failed its checks: the partition is not fetched, and
+    /// once its buffered records are returned `poll` reports this until a seek moves past it.
+    corrupt: Option<Corrupt>,
 }
 
 impl PartitionState {
@@ -66,6 +69,7 @@ impl PartitionState {
             buffered: 0,
             high_watermark: -1,
             paused: false,
+            corrupt: None,
         }
     }
 }
@@ -574,6 +578,9 @@ impl Consumer {
             if self.has_returnable_records() {
                 return Ok(self.take_buffered());
             }
+            if let Some(error) = self.corrupt_batch_error() {
+                return Err(error);
+            }
             if let Some(done) = self.completed.pop_front() {
                 self.handle_fetch(done)?;
                 self.send_fetches().await?;
@@ -615,12 +622,51 @@ impl Consumer {
             state.position = Some(position);
             state.fetch_position = position;
             state.generation += 1;
+            state.corrupt = None;
             if state.buffered > 0 {
                 state.buffered = 0;
                 self.buffered
                     .retain(|r| !(r.partition == tp.partition && *r.topic == *tp.topic));
             }
         }
+    }
+
+    /// The corrupt batch `poll` reports: of a partition that is not paused and whose records
+    /// before the batch were all returned.
+    fn corrupt_batch_error(&self) -> Option<ClientError> {
+        self.partitions.iter().find_map(|(tp, s)| match &s.corrupt {
+            Some(c) if !s.paused && s.buffered == 0 => Some(ClientError::CorruptBatch {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset: c.offset,
+                next_offset: c.next_offset,
+                source: c.error.clone(),
+            }),
+            _ => None,
+        })
+    }
+
+    /// Moves past the corrupt batch that `poll` reported for `tp` (a
+    /// [`ClientError::CorruptBatch`]) and returns the new position: the offset after the batch.
+    /// The records of the batch are not delivered. Fails when `tp` has no corrupt batch, or when
+    /// the batch's header is unreadable (`next_offset` is `None`): seek to an offset then.
+    pub fn skip_corrupt_batch(&mut self, tp: &TopicPartition) -> Result<i64> {
+        let corrupt = self.partitions.get(tp).and_then(|s| s.corrupt.as_ref());
+        let Some(corrupt) = corrupt else {
+            return Err(ClientError::InvalidArgument(format!(
+                "partition {tp} has no corrupt batch to skip"
+            )));
+        };
+        let Some(next) = corrupt.next_offset else {
+            return Err(ClientError::InvalidArgument(format!(
+                "the corrupt batch of {tp} at offset {} has no readable length: seek to an offset",
+                corrupt.offset
+            )));
+        };
+        let from = corrupt.offset;
+        tracing::warn!(partition = %tp, from, to = next, "skipping a corrupt batch");
+        self.set_position(tp, next);
+        Ok(next)
     }
 
     /// Whether `poll` has buffered records to return (of partitions that are not paused).
@@ -776,7 +822,7 @@ impl Consumer {
         let shard_aware = self.core.config.shard_aware;
         let mut by_addr: BTreeMap<String, Vec<(TopicPartition, u64, i64)>> = BTreeMap::new();
         for (tp, state) in &self.partitions {
-            if state.position.is_none() || state.paused {
+            if state.position.is_none() || state.paused || state.corrupt.is_some() {
                 continue;
             }
             match metadata.leader_addr(&tp.topic, tp.partition, shard_aware) {
@@ -891,11 +937,16 @@ impl Consumer {
             &records,
             fetch_offset,
             self.config.decompressed_batch_size_bytes_max,
-        )?;
+        );
         state.fetch_position = decoded.next_fetch_offset;
         state.buffered += decoded.records.len();
         if state.buffered == 0 {
             state.position = Some(state.fetch_position);
+        }
+        if let Some(corrupt) = decoded.corrupt {
+            let (offset, error) = (corrupt.offset, &corrupt.error);
+            tracing::warn!(partition = %tp, offset, %error, "corrupt record batch");
+            state.corrupt = Some(corrupt);
         }
         self.buffered.extend(decoded.records);
         Ok(())
@@ -960,53 +1011,132 @@ fn fetch_request(config: &ConsumerConfig, partitions: &[(TopicPartition, u64, i6
 #[derive(Debug)]
 pub(crate) struct DecodedRecords {
     pub records: Vec<ConsumerRecord>,
-    /// The offset after the last whole batch (the next fetch starts here).
+    /// The offset after the last whole good batch (the next fetch starts here; at a corrupt
+    /// batch, its offset).
     pub next_fetch_offset: i64,
+    /// The batch decoding stopped at, if one failed its checks.
+    pub corrupt: Option<Corrupt>,
 }
 
-/// Decodes concatenated batches (CRC checked, zstd inflated up to the limit), skipping records
-/// below `fetch_offset` (the first batch may start before it) and control batches. A partial
-/// batch at the end is left for the next fetch.
+/// A fetched batch that failed its checks (CRC, header, records, decompression).
+#[derive(Debug, Clone)]
+pub(crate) struct Corrupt {
+    /// The first offset not delivered (where the consumer stands).
+    pub offset: i64,
+    /// Where to resume past the batch: the next batch's base offset when the response holds one
+    /// (stamped by the broker), else the batch's own end; `None` when its header is unreadable.
+    pub next_offset: Option<i64>,
+    pub error: BatchError,
+}
+
+/// Decodes concatenated batches (CRC checked, records checked, zstd inflated up to the limit),
+/// skipping records below `fetch_offset` (the first batch may start before it) and control
+/// batches. A partial batch at the end is left for the next fetch. At the first batch that
+/// fails its checks decoding stops: the records before it are returned with the failure.
 pub(crate) fn decode_records(
     topic: &Arc<str>,
     partition: i32,
     bytes: &Bytes,
     fetch_offset: i64,
     decompressed_size_bytes_max: usize,
-) -> Result<DecodedRecords> {
-    let batches = RecordBatch::parse_many(bytes)?;
-    let mut records = Vec::new();
-    let mut next_fetch_offset = fetch_offset;
-    for batch in batches {
-        if batch.last_offset() < next_fetch_offset {
+) -> DecodedRecords {
+    let mut decoded = DecodedRecords {
+        records: Vec::new(),
+        next_fetch_offset: fetch_offset,
+        corrupt: None,
+    };
+    let mut position = 0;
+    while position < bytes.len() {
+        let rest = &bytes[position..];
+        let header = match BatchHeader::parse(rest) {
+            // A partial batch ends a response cut at its size limit; the broker always sends
+            // at least one whole batch, so a partial first batch is corruption.
+            Err(BatchError::Truncated { .. }) if position > 0 => break,
+            Ok(h) if h.size_bytes() > rest.len() && position > 0 => break,
+            Ok(h) if h.size_bytes() <= rest.len() => h,
+            Ok(h) => {
+                let error = BatchError::Truncated {
+                    needed: h.size_bytes() as u64,
+                    available: rest.len() as u64,
+                };
+                decoded.corrupt = Some(corrupt_at(&decoded, None, error));
+                break;
+            }
+            Err(error) => {
+                decoded.corrupt = Some(corrupt_at(&decoded, None, error));
+                break;
+            }
+        };
+        let end = position + header.size_bytes();
+        // Wholly before the fetch offset: the broker sent it because it starts the range, or
+        // because the consumer skipped a corrupt batch.
+        if header.last_offset() < decoded.next_fetch_offset {
+            position = end;
             continue;
         }
-        if !batch.header().is_control() {
-            for record in batch.records(decompressed_size_bytes_max)? {
-                if record.offset < next_fetch_offset {
-                    continue;
-                }
-                records.push(ConsumerRecord {
-                    topic: topic.clone(),
-                    partition,
-                    offset: record.offset,
-                    timestamp: record.timestamp,
-                    key: record.key,
-                    value: record.value,
-                    headers: record
-                        .headers
-                        .into_iter()
-                        .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
-                        .collect(),
-                });
-            }
+        if let Err(error) = decode_batch(
+            topic,
+            partition,
+            bytes.slice(position..end),
+            decompressed_size_bytes_max,
+            &mut decoded,
+        ) {
+            let next = following_base_offset(&bytes[end..]).unwrap_or(header.next_offset());
+            decoded.corrupt = Some(corrupt_at(&decoded, Some(next), error));
+            break;
         }
-        next_fetch_offset = batch.header().next_offset();
+        decoded.next_fetch_offset = header.next_offset();
+        position = end;
     }
-    Ok(DecodedRecords {
-        records,
-        next_fetch_offset,
-    })
+    decoded
+}
+
+fn corrupt_at(decoded: &DecodedRecords, next_offset: Option<i64>, error: BatchError) -> Corrupt {
+    Corrupt {
+        offset: decoded.next_fetch_offset,
+        next_offset: next_offset.filter(|n| *n > decoded.next_fetch_offset),
+        error,
+    }
+}
+
+/// The base offset of the batch at the start of `rest`, if its header parses.
+fn following_base_offset(rest: &[u8]) -> Option<i64> {
+    BatchHeader::parse(rest).ok().map(|h| h.base_offset)
+}
+
+/// Checks and decodes one whole batch, appending its records at or after the fetch position.
+fn decode_batch(
+    topic: &Arc<str>,
+    partition: i32,
+    bytes: Bytes,
+    decompressed_size_bytes_max: usize,
+    decoded: &mut DecodedRecords,
+) -> std::result::Result<(), BatchError> {
+    let batch = RecordBatch::parse(bytes)?;
+    if batch.header().is_control() {
+        return Ok(());
+    }
+    let records = batch.records(decompressed_size_bytes_max)?;
+    let from = decoded.next_fetch_offset;
+    decoded.records.extend(
+        records
+            .into_iter()
+            .filter(|r| r.offset >= from)
+            .map(|record| ConsumerRecord {
+                topic: topic.clone(),
+                partition,
+                offset: record.offset,
+                timestamp: record.timestamp,
+                key: record.key,
+                value: record.value,
+                headers: record
+                    .headers
+                    .into_iter()
+                    .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
+                    .collect(),
+            }),
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1044,7 +1174,7 @@ mod tests {
     fn records_below_the_fetch_offset_are_skipped_and_the_position_advances_per_batch() {
         let mut bytes = batch(10, &["a", "b", "c"], Compression::None);
         bytes.extend(batch(13, &["d", "e"], Compression::Zstd));
-        let decoded = decode_records(&topic(), 2, &Bytes::from(bytes), 12, 1 << 20).unwrap();
+        let decoded = decode_records(&topic(), 2, &Bytes::from(bytes), 12, 1 << 20);
         let offsets: Vec<i64> = decoded.records.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, vec![12, 13, 14]);
         assert_eq!(decoded.next_fetch_offset, 15);
@@ -1063,28 +1193,70 @@ mod tests {
         let mut bytes = batch(0, &["a"], Compression::None);
         let second = batch(1, &["b"], Compression::None);
         bytes.extend(&second[..second.len() - 5]);
-        let decoded = decode_records(&topic(), 0, &Bytes::from(bytes), 0, 1 << 20).unwrap();
+        let decoded = decode_records(&topic(), 0, &Bytes::from(bytes), 0, 1 << 20);
         assert_eq!(decoded.records.len(), 1);
         assert_eq!(decoded.next_fetch_offset, 1);
     }
 
     #[test]
-    fn corrupted_batches_and_decompression_bombs_are_errors() {
-        let mut bytes = batch(0, &["a", "b"], Compression::None);
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0xff;
-        let err = decode_records(&topic(), 0, &Bytes::from(bytes), 0, 1 << 20).unwrap_err();
-        assert!(matches!(err, ClientError::Batch(_)));
+    fn records_before_a_corrupt_batch_are_delivered_and_the_batch_is_reported() {
+        let good = batch(0, &["a", "b"], Compression::None);
+        let mut bad = batch(2, &["c", "d"], Compression::None);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        let after = batch(4, &["e"], Compression::None);
+        let bytes = Bytes::from([good.clone(), bad.clone(), after].concat());
+        let decoded = decode_records(&topic(), 0, &bytes, 0, 1 << 20);
+        let offsets: Vec<i64> = decoded.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [0, 1]);
+        assert_eq!(decoded.next_fetch_offset, 2);
+        let corrupt = decoded.corrupt.unwrap();
+        assert_eq!((corrupt.offset, corrupt.next_offset), (2, Some(4)));
+        assert!(matches!(corrupt.error, BatchError::CrcMismatch { .. }));
+        // Seeking past it: the broker sends the corrupt batch again (it starts the range), the
+        // consumer skips it by its header and goes on.
+        let from_next = decode_records(&topic(), 0, &bytes.slice(good.len()..), 4, 1 << 20);
+        assert!(from_next.corrupt.is_none());
+        assert_eq!(from_next.records[0].offset, 4);
+        // Last in the response, the corrupt batch's own header says where it ends.
+        let alone = decode_records(&topic(), 0, &Bytes::from(bad), 2, 1 << 20);
+        assert_eq!(alone.corrupt.unwrap().next_offset, Some(4));
+    }
+
+    #[test]
+    fn invalid_records_bombs_and_unreadable_headers_are_reported_with_their_offset() {
+        // Offset deltas 0, 0 with a valid CRC, as an older broker stored them.
+        let mut dup = batch(7, &["x", "y"], Compression::None);
+        // Each record is 13 bytes: length, attributes, timestamp delta, offset delta, ...
+        let second_delta = borges_protocol::batch::field::RECORDS + 13 + 3;
+        assert_eq!(dup[second_delta], 0x02);
+        dup[second_delta] = 0x00;
+        borges_protocol::batch::set_crc(&mut dup);
+        let decoded = decode_records(&topic(), 0, &Bytes::from(dup), 7, 1 << 20);
+        assert!(decoded.records.is_empty());
+        let corrupt = decoded.corrupt.unwrap();
+        assert_eq!((corrupt.offset, corrupt.next_offset), (7, Some(9)));
+        assert!(
+            corrupt.error.to_string().contains("record 1"),
+            "{}",
+            corrupt.error
+        );
         let big = "x".repeat(10_000);
-        let bomb = batch(0, &[&big, &big], Compression::Zstd);
-        assert!(decode_records(&topic(), 0, &Bytes::from(bomb.clone()), 0, 4096).is_err());
+        let bomb = Bytes::from(batch(0, &[&big, &big], Compression::Zstd));
+        let refused = decode_records(&topic(), 0, &bomb, 0, 4096);
+        assert!(matches!(
+            refused.corrupt.unwrap().error,
+            BatchError::DecompressedTooLarge { .. }
+        ));
         assert_eq!(
-            decode_records(&topic(), 0, &Bytes::from(bomb), 0, 1 << 20)
-                .unwrap()
-                .records
-                .len(),
+            decode_records(&topic(), 0, &bomb, 0, 1 << 20).records.len(),
             2
         );
+        // A header that cannot be parsed: no way to know where the batch ends.
+        let mut garbage = batch(3, &["z"], Compression::None);
+        garbage[borges_protocol::batch::field::MAGIC] = 9;
+        let unreadable = decode_records(&topic(), 0, &Bytes::from(garbage), 3, 1 << 20);
+        assert_eq!(unreadable.corrupt.unwrap().next_offset, None);
     }
 
     #[test]
@@ -1126,6 +1298,7 @@ mod proptests {
         ) {
             let mut bytes = Vec::new();
             let mut base = 0i64;
+            let mut first_size = 0;
             for n in &sizes {
                 let mut b = BatchBuilder::new(BatchOptions::default(), 64);
                 for i in 0..*n {
@@ -1135,12 +1308,23 @@ mod proptests {
                 set_base_offset(&mut batch, base);
                 bytes.extend_from_slice(&batch);
                 base += *n as i64;
+                if first_size == 0 {
+                    first_size = bytes.len();
+                }
             }
             let total = base;
-            // A fetch may end in the middle of a batch.
+            // A fetch may end in the middle of a batch after the first (the broker always
+            // sends the first whole: a partial first batch is corruption).
             let kept = bytes.len() - cut.min(bytes.len() - 1);
             let topic: Arc<str> = "t".into();
-            let decoded = decode_records(&topic, 0, &Bytes::from(bytes[..kept].to_vec()), start, 1 << 20).unwrap();
+            let fetched = Bytes::from(bytes[..kept].to_vec());
+            let decoded = decode_records(&topic, 0, &fetched, start, 1 << 20);
+            if kept < first_size {
+                prop_assert!(decoded.records.is_empty());
+                prop_assert_eq!(decoded.corrupt.map(|c| c.offset), Some(start));
+                return Ok(());
+            }
+            prop_assert!(decoded.corrupt.is_none());
             let offsets: Vec<i64> = decoded.records.iter().map(|r| r.offset).collect();
             let whole_end = decoded.next_fetch_offset.max(start);
             let expected: Vec<i64> = (start..whole_end.min(total)).collect();

@@ -62,6 +62,26 @@ pub enum ClientError {
     /// A record batch received from the broker is invalid (CRC, layout, decompression).
     #[error("invalid record batch: {0}")]
     Batch(#[from] BatchError),
+    /// A fetched batch failed its checks (CRC, header, records, decompression): disk corruption
+    /// the broker's zero-copy path does not see, or data an older broker stored unchecked.
+    /// `Consumer::poll` returns every record before it first, then this, on every poll, until
+    /// the application seeks past it (`Consumer::skip_corrupt_batch` moves to `next_offset`).
+    #[error(
+        "corrupt record batch in {topic}-{partition} at offset {offset}: {source}{}",
+        skip_hint(*next_offset)
+    )]
+    CorruptBatch {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The first offset not delivered: the consumer's position.
+        offset: i64,
+        /// The offset after the batch, when its length could be read.
+        next_offset: Option<i64>,
+        /// What is wrong with it.
+        source: BatchError,
+    },
     /// The broker answered something the protocol does not allow (wrong correlation id, missing
     /// partition in a response, ...).
     #[error("protocol violation: {0}")]
@@ -157,6 +177,13 @@ impl ClientError {
             addr: addr.to_string(),
             source: Arc::new(source),
         }
+    }
+}
+
+fn skip_hint(next_offset: Option<i64>) -> String {
+    match next_offset {
+        Some(n) => format!("; skip to offset {n} to go on"),
+        None => "; seek past it to go on".to_string(),
     }
 }
 

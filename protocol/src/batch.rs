@@ -575,6 +575,14 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
         .copy_from_slice(&epoch.to_be_bytes());
 }
 
+/// Recomputes the CRC-32C of the batch at the start of `batch` (which must hold its whole
+/// `batch_length`) in place: for tools and tests that build batches by hand.
+pub fn set_crc(batch: &mut [u8]) {
+    let size = BatchHeader::parse(batch).map_or(batch.len(), |h| h.size_bytes().min(batch.len()));
+    let crc = crc32c::crc32c(&batch[field::ATTRIBUTES.min(size)..size]);
+    batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Iterates over the batches of a buffer of concatenated batches, validating each one (CRC
 /// included). Stops after the first error.
 pub struct BatchIter<'a> {

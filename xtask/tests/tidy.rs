@@ -105,7 +105,7 @@ const LONG_LINES: &[(&str, usize)] = &[
     ("client/examples/consumer_bench.rs", 1),
     ("client/examples/producer_bench.rs", 2),
     ("client/examples/sink.rs", 1),
-    ("client/src/consumer.rs", 4),
+    ("client/src/consumer.rs", 3),
     ("client/src/error.rs", 1),
     ("client/src/group.rs", 1),
     ("client/src/producer/accumulator.rs", 7),
