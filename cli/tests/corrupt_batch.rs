@@ -8,7 +8,7 @@
 //! from before record validation stored them (only the record checks catch it).
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use borges_client::{
@@ -18,18 +18,7 @@ use borges_protocol::batch::{self, BatchHeader};
 use borges_testkit::{BrokerOptions, BrokerProcess};
 
 fn borges(broker: &BrokerProcess, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_borges"))
-        .args(args)
-        .env("BORGES_BOOTSTRAP", broker.bootstrap())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run borges");
-    let mut input = child.stdin.take().expect("stdin");
-    std::io::Write::write_all(&mut input, stdin.as_bytes()).expect("write stdin");
-    drop(input);
-    child.wait_with_output().expect("borges output")
+    broker.run_cli(args, stdin)
 }
 
 fn succeeds(output: Output) {

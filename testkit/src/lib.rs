@@ -121,6 +121,23 @@ impl BrokerProcess {
         format!("127.0.0.1:{}", self.metrics_port)
     }
 
+    /// Runs the `borges` command-line tool against this broker (`BORGES_BOOTSTRAP` set) with
+    /// `stdin` as its input; returns its exit status and output.
+    pub fn run_cli(&self, args: &[&str], stdin: &str) -> std::process::Output {
+        let mut child = Command::new(borges_bin())
+            .args(args)
+            .env("BORGES_BOOTSTRAP", self.bootstrap())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run borges");
+        let mut input = child.stdin.take().expect("stdin");
+        std::io::Write::write_all(&mut input, stdin.as_bytes()).expect("write stdin");
+        drop(input);
+        child.wait_with_output().expect("borges output")
+    }
+
     /// The broker's data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
