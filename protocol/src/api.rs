@@ -9,7 +9,7 @@
 pub use crate::generated::borges::wire;
 
 macro_rules! api_keys {
-    ($( $(#[$doc:meta])* $name:ident = $key:literal, versions = $min:literal ..= $max:literal; )*) => {
+    ($( $(#[$doc:meta])* $name:ident = $key:literal, versions = $min:literal ..= $max:literal, served = $served:literal; )*) => {
         /// Every API of the protocol.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[repr(u16)]
@@ -43,48 +43,55 @@ macro_rules! api_keys {
             pub fn max_version(self) -> u16 {
                 match self { $( ApiKey::$name => $max, )* }
             }
+
+            /// Whether a broker of this build serves the API: listed in ApiVersions and answered.
+            /// An API that is not served has its messages in the schema (reserved) and is
+            /// answered with `UnsupportedApi`.
+            pub fn is_served(self) -> bool {
+                match self { $( ApiKey::$name => $served, )* }
+            }
         }
     };
 }
 
 api_keys! {
     /// Versions of every API the broker speaks.
-    ApiVersions = 0, versions = 0..=0;
+    ApiVersions = 0, versions = 0..=0, served = true;
     /// Brokers, topics, partitions, leaders and owning cores.
-    Metadata = 1, versions = 0..=0;
+    Metadata = 1, versions = 0..=0, served = true;
     /// Create topics.
-    CreateTopics = 2, versions = 0..=0;
+    CreateTopics = 2, versions = 0..=0, served = true;
     /// Delete topics.
-    DeleteTopics = 3, versions = 0..=0;
+    DeleteTopics = 3, versions = 0..=0, served = true;
     /// Read topic or broker configs.
-    DescribeConfigs = 4, versions = 0..=0;
+    DescribeConfigs = 4, versions = 0..=0, served = true;
     /// Change topic configs incrementally.
-    AlterConfigs = 5, versions = 0..=0;
+    AlterConfigs = 5, versions = 0..=0, served = true;
     /// Append record batches.
-    Produce = 6, versions = 0..=0;
+    Produce = 6, versions = 0..=0, served = true;
     /// Read record batches (consumers and followers).
-    Fetch = 7, versions = 0..=0;
+    Fetch = 7, versions = 0..=0, served = true;
     /// Offsets by time: earliest, latest, max timestamp, or by timestamp.
-    ListOffsets = 8, versions = 0..=0;
+    ListOffsets = 8, versions = 0..=0, served = true;
     /// Find the broker and core that coordinate a group.
-    FindCoordinator = 9, versions = 0..=0;
+    FindCoordinator = 9, versions = 0..=0, served = true;
     /// Join, heartbeat and leave a consumer group (server-side assignment).
-    ConsumerGroupHeartbeat = 10, versions = 0..=0;
+    ConsumerGroupHeartbeat = 10, versions = 0..=0, served = true;
     /// Commit offsets for a group.
-    OffsetCommit = 11, versions = 0..=0;
+    OffsetCommit = 11, versions = 0..=0, served = true;
     /// Read a group's committed offsets.
-    OffsetFetch = 12, versions = 0..=0;
+    OffsetFetch = 12, versions = 0..=0, served = true;
     /// List groups.
-    ListGroups = 13, versions = 0..=0;
+    ListGroups = 13, versions = 0..=0, served = true;
     /// Describe groups and their members.
-    DescribeGroups = 14, versions = 0..=0;
+    DescribeGroups = 14, versions = 0..=0, served = true;
     /// Delete groups without active members.
-    DeleteGroups = 15, versions = 0..=0;
+    DeleteGroups = 15, versions = 0..=0, served = true;
     /// Replication: where a leader epoch ends (reserved; answered with UnsupportedApi until
     /// replication exists).
-    OffsetForLeaderEpoch = 16, versions = 0..=0;
+    OffsetForLeaderEpoch = 16, versions = 0..=0, served = false;
     /// Grow a topic's partition count.
-    CreatePartitions = 17, versions = 0..=0;
+    CreatePartitions = 17, versions = 0..=0, served = true;
 }
 
 impl std::fmt::Display for ApiKey {

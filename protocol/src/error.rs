@@ -75,17 +75,20 @@ error_codes! {
     InvalidReplicationFactor = 11, retriable = false, "invalid replication factor";
     /// A config name or value is invalid.
     InvalidConfig = 12, retriable = false, "invalid config";
-    /// The requested offset is outside `[log_start_offset, log_end_offset]`.
+    /// The requested offset is outside `[log_start_offset, log_end_offset]` (offsets from the high
+    /// watermark to the log end are in range and wait).
     OffsetOutOfRange = 13, retriable = false, "offset out of range";
     /// A record batch failed CRC-32C verification.
     CorruptRecordBatch = 14, retriable = false, "record batch CRC mismatch";
-    /// A record batch is structurally invalid (magic, lengths, counts, offsets, attributes).
+    /// A record batch or one of its records is invalid (magic, lengths, counts, attributes, offset
+    /// deltas, record fields, zstd stream, decompressed size); the message names the record and
+    /// the rule.
     InvalidRecordBatch = 15, retriable = false, "invalid record batch";
     /// A record batch is larger than the topic's `max.message.bytes`.
     RecordBatchTooLarge = 16, retriable = false, "record batch too large";
     /// The compression codec is not supported (Borges supports none and zstd).
     UnsupportedCompression = 17, retriable = false, "unsupported compression codec";
-    /// A timestamp is out of the accepted range.
+    /// A record timestamp is out of the accepted range (negative).
     InvalidTimestamp = 18, retriable = false, "invalid timestamp";
     /// This broker is not the leader for the partition; refresh metadata.
     NotLeaderOrFollower = 19, retriable = true, "not the leader for the partition";
