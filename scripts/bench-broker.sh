@@ -4,6 +4,7 @@
 # fetches, direct vs forwarded (cross-core) paths, and RSS with 10,000 idle partitions.
 #
 #   scripts/bench-broker.sh [OUT_DIR]        (default results/broker-<date>)
+#   BORGES_BENCH_BIN=/tmp/old/borges scripts/bench-broker.sh OUT_DIR   (another broker build)
 #
 # The broker is pinned to CPU 0 (--cores 1) and the load generator to CPU 1, except for the
 # direct-vs-forwarded runs, where the broker uses both CPUs (--cores 2) and shares them with the
@@ -16,8 +17,9 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 PORT=19500
 METRICS_PORT=19550
-BIN=target/release/borges
-LG=target/release/borges-loadgen
+# BORGES_BENCH_BIN / BORGES_BENCH_LOADGEN run other builds (A/B comparisons of two binaries).
+BIN="${BORGES_BENCH_BIN:-target/release/borges}"
+LG="${BORGES_BENCH_LOADGEN:-target/release/borges-loadgen}"
 
 command -v iperf3 >/dev/null || apt-get install -y -qq iperf3 >/dev/null
 cargo build --release -p borges-cli -p borges-loadgen >/dev/null

@@ -197,6 +197,26 @@ fn produce_validation(c: &mut Criterion) {
             );
         }
     }
+    // The cost of refusing a bomb: 80 records of 1 MiB zeros (a few KB compressed) inflate
+    // through the window until the 64 MiB limit.
+    let zeros = vec![0u8; 1 << 20];
+    let mut builder = BatchBuilder::new(
+        BatchOptions {
+            compression: Compression::Zstd,
+            ..BatchOptions::default()
+        },
+        0,
+    );
+    for _ in 0..80 {
+        builder.push(1_700_000_000_000, None, Some(&zeros), &[]);
+    }
+    let bomb = builder.build().unwrap();
+    eprintln!("bomb: {} B batch, 80 MiB of records", bomb.len());
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(10);
+    group.bench_function("validate_produced/refuse_zstd_bomb_64MiB_limit", |b| {
+        b.iter(|| batch::validate_produced(black_box(&bomb), limits).unwrap_err())
+    });
     group.finish();
 }
 
