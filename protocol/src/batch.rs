@@ -1299,6 +1299,20 @@ mod tests {
         ));
     }
 
+    /// What the produce_validate fuzz target's first crash was about (a one-byte input, now the
+    /// seed `empty_batch_mode`): an empty records range is no batches, not a truncated one,
+    /// while `validate_produced` of nothing is an error. A Produce may carry an empty range.
+    #[test]
+    fn an_empty_produce_payload_is_no_batches() {
+        let limits = ProduceLimits {
+            batch_size_bytes_max: 1 << 20,
+            decompressed_size_bytes_max: 1 << 20,
+        };
+        assert!(split_produced(BytesMut::new(), limits).unwrap().is_empty());
+        assert!(split_batches(BytesMut::new(), 1 << 20).unwrap().is_empty());
+        assert!(validate_produced(&[], limits).is_err());
+    }
+
     #[test]
     fn parse_many_drops_partial_tail() {
         let a = sample(Compression::None);
