@@ -7,9 +7,9 @@ use anyhow::{anyhow, bail, Context};
 use std::collections::BTreeMap;
 
 use borges_client::{
-    Acks, Admin, AlterConfig, ClientConfig, Compression, Consumer, ConsumerConfig, ConsumerRecord,
-    DeliveryFuture, NewTopic, Offset, OffsetReset, OffsetSpec, Producer, ProducerConfig,
-    ProducerRecord, TopicPartition,
+    Acks, Admin, AlterConfig, ClientConfig, ClientError, Compression, Consumer, ConsumerConfig,
+    ConsumerRecord, DeliveryFuture, NewTopic, Offset, OffsetReset, OffsetSpec, Producer,
+    ProducerConfig, ProducerRecord, TopicPartition,
 };
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
@@ -277,7 +277,9 @@ async fn print_records(
         };
         // Ctrl-C ends the command cleanly: a group member commits and leaves.
         let records = tokio::select! {
-            records = consumer.poll(Duration::from_millis(wait_ms.max(1))) => records?,
+            records = consumer.poll(Duration::from_millis(wait_ms.max(1))) => {
+                records.map_err(corrupt_batch_advice)?
+            }
             _ = tokio::signal::ctrl_c() => break,
         };
         if !records.is_empty() {
@@ -311,6 +313,33 @@ async fn print_records(
         }
     }
     Ok(printed)
+}
+
+/// A corrupt batch ends `consume` once every record before it is printed (the consumer hands
+/// those over first): the error names the partition and the batch's offset, and gives the
+/// command that reads on after it.
+fn corrupt_batch_advice(error: ClientError) -> anyhow::Error {
+    let ClientError::CorruptBatch {
+        topic,
+        partition,
+        offset,
+        next_offset,
+        source,
+    } = &error
+    else {
+        return error.into();
+    };
+    let advice = match next_offset {
+        Some(next) => format!(
+            "to read on after it (its records are skipped): \
+             borges consume {topic} --partition {partition} --offset {next}"
+        ),
+        None => "its length is unreadable, so where the next batch starts is unknown".to_string(),
+    };
+    anyhow!(
+        "corrupt record batch in {topic}-{partition} at offset {offset}: {source}; every record \
+         before it was printed; {advice}"
+    )
 }
 
 /// Moves each partition's position back to its first record in `unprinted` (records `poll`

@@ -135,16 +135,10 @@ async fn sdk_reads_around_the_corrupt_batch(bootstrap: String, topic: &str) {
 }
 
 fn cli_prints_the_good_records_then_the_error(broker: &BrokerProcess, topic: &str) {
+    let print = ["--timeout-ms", "5000", "--print-offset"];
     let output = borges(
         broker,
-        &[
-            "consume",
-            topic,
-            "--from-beginning",
-            "--timeout-ms",
-            "5000",
-            "--print-offset",
-        ],
+        &[&["consume", topic, "--from-beginning"], &print[..]].concat(),
         "",
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -152,13 +146,20 @@ fn cli_prints_the_good_records_then_the_error(broker: &BrokerProcess, topic: &st
     assert!(!output.status.success(), "stdout: {stdout}");
     assert_eq!(stdout, "Offset:0\ta\nOffset:1\tb\nOffset:2\tc\n");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let advice = format!("borges consume {topic} --partition 0 --offset 5");
     for words in [
         "error: ",
-        &format!("corrupt record batch in {topic}-0 at offset 3"),
-        "skip to offset 5",
+        &format!("corrupt record batch in {topic}-0 at offset 3: "),
+        "every record before it was printed",
+        &advice,
     ] {
         assert!(stderr.contains(words), "{stderr:?} lacks {words:?}");
     }
+    // The command the error gives reads on after the batch.
+    let args: Vec<&str> = advice.split(' ').skip(1).chain(print).collect();
+    let output = borges(broker, &args, "");
+    succeeds(output.clone());
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "Offset:5\tf\n");
 }
 
 #[test]
