@@ -8,7 +8,7 @@
 //! - sync: fdatasync done: they survive a power loss.
 //!
 //! All file mutation of a partition (writes, fdatasync, roll, checkpoints, truncation, close)
-//! happens in its one flusher task (`writer.rs`), so there is never more than one actor on the
+//! happens in its one flusher task (`writer/`), so there is never more than one actor on the
 //! files; public async methods hand it commands.
 
 use std::cell::RefCell;
