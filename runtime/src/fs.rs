@@ -8,6 +8,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
+use std::rc::Rc;
+
+use crate::fault::{FaultOp, FaultyDisk, FileFaults};
 
 /// An aligned buffer for direct-IO writes. Lives on the core that allocated it.
 pub struct AlignedBuf(glommio::io::DmaBuffer);
@@ -50,15 +53,22 @@ impl std::ops::Deref for ReadBuf {
 }
 
 /// A file opened with O_DIRECT, driven by this core's io_uring. Lives on one core.
+///
+/// Opened through a [`Disk::Faulty`], it carries that disk's fault context and every
+/// mutating operation goes through it first; on the real disk that is one `None` check.
 pub struct DirectFile {
     inner: glommio::io::DmaFile,
+    faults: Option<Rc<FileFaults>>,
 }
 
 impl DirectFile {
     /// Opens an existing file read-only.
     pub async fn open_read(path: impl AsRef<Path>) -> io::Result<DirectFile> {
         let inner = glommio::io::DmaFile::open(path.as_ref()).await?;
-        Ok(DirectFile { inner })
+        Ok(DirectFile {
+            inner,
+            faults: None,
+        })
     }
 
     /// Opens a file for reading and writing, creating it when `create` is set. Never truncates.
@@ -69,7 +79,10 @@ impl DirectFile {
             .create(create)
             .dma_open(path.as_ref())
             .await?;
-        Ok(DirectFile { inner })
+        Ok(DirectFile {
+            inner,
+            faults: None,
+        })
     }
 
     /// Required alignment of write positions and lengths.
@@ -98,15 +111,7 @@ impl DirectFile {
     /// Writes the whole buffer at `position`; both must be aligned. Returns bytes written; a
     /// short write is returned as an error, never as success.
     pub async fn write_at(&self, buf: AlignedBuf, position: u64) -> io::Result<()> {
-        let len = buf.len();
-        let written = self.inner.write_at(buf.0, position).await?;
-        if written != len {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short direct write: {written} of {len} bytes at {position}"),
-            ));
-        }
-        Ok(())
+        self.write_reusable_at(buf, position).await.0
     }
 
     /// Like [`DirectFile::write_at`] but hands the buffer back for reuse once the write is done
@@ -117,17 +122,11 @@ impl DirectFile {
         buf: AlignedBuf,
         position: u64,
     ) -> (io::Result<()>, Option<AlignedBuf>) {
-        let len = buf.len();
-        let shared = std::rc::Rc::new(buf.0);
-        let result = match self.inner.write_rc_at(shared.clone(), position).await {
-            Ok(written) if written == len => Ok(()),
-            Ok(written) => Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short direct write: {written} of {len} bytes at {position}"),
-            )),
-            Err(e) => Err(e.into()),
-        };
-        (result, std::rc::Rc::try_unwrap(shared).ok().map(AlignedBuf))
+        if let Some(faults) = &self.faults {
+            // Boxed so that the real path's future does not carry the faulty one's state.
+            return Box::pin(faulty_direct_write(&self.inner, faults, buf, position)).await;
+        }
+        direct_write(&self.inner, buf, position).await
     }
 
     /// Reads up to `len` bytes at `position` (any alignment). Fewer bytes come back at the end
@@ -138,17 +137,32 @@ impl DirectFile {
 
     /// fdatasync.
     pub async fn sync_data(&self) -> io::Result<()> {
-        Ok(self.inner.fdatasync().await?)
+        let Some(faults) = &self.faults else {
+            return Ok(self.inner.fdatasync().await?);
+        };
+        Box::pin(faulty_sync(faults, async {
+            Ok(self.inner.fdatasync().await?)
+        }))
+        .await
     }
 
     /// Reserves blocks up to `size` bytes; with `keep_size` the visible file size is unchanged.
     pub async fn pre_allocate(&self, size: u64, keep_size: bool) -> io::Result<()> {
-        Ok(self.inner.pre_allocate(size, keep_size).await?)
+        let Some(faults) = &self.faults else {
+            return Ok(self.inner.pre_allocate(size, keep_size).await?);
+        };
+        faults.disk.gate(FaultOp::Allocate, &faults.path).await?;
+        faults.reserve_growth(size)?;
+        self.inner.pre_allocate(size, keep_size).await?;
+        if !keep_size {
+            faults.allocated(size);
+        }
+        Ok(())
     }
 
     /// Truncates or extends the file to `size` bytes: a direct `ftruncate` (see [`ftruncate`]).
     pub async fn truncate(&self, size: u64) -> io::Result<()> {
-        ftruncate(self.inner.as_raw_fd(), size)
+        faulty_truncate(self.faults.as_deref(), self.inner.as_raw_fd(), size).await
     }
 
     /// Current file size.
@@ -173,16 +187,21 @@ impl AsRawFd for DirectFile {
 }
 
 /// A plain (buffered, not O_DIRECT) file driven by this core's io_uring: reads go through the
-/// page cache, so its descriptor is the one to hand to `sendfile`. Lives on one core.
+/// page cache, so its descriptor is the one to hand to `sendfile`. Lives on one core; carries
+/// its disk's fault context like [`DirectFile`].
 pub struct BufferedFile {
     inner: glommio::io::BufferedFile,
+    faults: Option<Rc<FileFaults>>,
 }
 
 impl BufferedFile {
     /// Opens an existing file read-only (`O_RDONLY`).
     pub async fn open_read(path: impl AsRef<Path>) -> io::Result<BufferedFile> {
         let inner = glommio::io::BufferedFile::open(path.as_ref()).await?;
-        Ok(BufferedFile { inner })
+        Ok(BufferedFile {
+            inner,
+            faults: None,
+        })
     }
 
     /// Opens a file for reading and writing, creating it when `create` is set. Never truncates.
@@ -193,7 +212,10 @@ impl BufferedFile {
             .create(create)
             .buffered_open(path.as_ref())
             .await?;
-        Ok(BufferedFile { inner })
+        Ok(BufferedFile {
+            inner,
+            faults: None,
+        })
     }
 
     /// Reads up to `len` bytes at `position`; fewer come back at the end of the file.
@@ -222,25 +244,26 @@ impl BufferedFile {
 
     /// Writes all of `buf` at `position` (a short write is an error, never success).
     pub async fn write_all_at(&self, buf: Vec<u8>, position: u64) -> io::Result<()> {
-        let len = buf.len();
-        let written = self.inner.write_at(buf, position).await?;
-        if written != len {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short write: {written} of {len} bytes at {position}"),
-            ));
-        }
-        Ok(())
+        let Some(faults) = &self.faults else {
+            return buffered_write(&self.inner, buf, position).await;
+        };
+        Box::pin(faulty_buffered_write(&self.inner, faults, buf, position)).await
     }
 
     /// fdatasync.
     pub async fn sync_data(&self) -> io::Result<()> {
-        Ok(self.inner.fdatasync().await?)
+        let Some(faults) = &self.faults else {
+            return Ok(self.inner.fdatasync().await?);
+        };
+        Box::pin(faulty_sync(faults, async {
+            Ok(self.inner.fdatasync().await?)
+        }))
+        .await
     }
 
     /// Truncates or extends the file to `size` bytes: a direct `ftruncate` (see [`ftruncate`]).
     pub async fn truncate(&self, size: u64) -> io::Result<()> {
-        ftruncate(self.inner.as_raw_fd(), size)
+        faulty_truncate(self.faults.as_deref(), self.inner.as_raw_fd(), size).await
     }
 
     /// Current file size.
@@ -261,6 +284,302 @@ impl BufferedFile {
 impl AsRawFd for BufferedFile {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
+    }
+}
+
+/// A direct-IO write of the whole buffer, handing the buffer back when the ring released it.
+async fn direct_write(
+    file: &glommio::io::DmaFile,
+    buf: AlignedBuf,
+    position: u64,
+) -> (io::Result<()>, Option<AlignedBuf>) {
+    let len = buf.len();
+    let shared = Rc::new(buf.0);
+    let result = match file.write_rc_at(shared.clone(), position).await {
+        Ok(written) if written == len => Ok(()),
+        Ok(written) => Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("short direct write: {written} of {len} bytes at {position}"),
+        )),
+        Err(e) => Err(e.into()),
+    };
+    (result, Rc::try_unwrap(shared).ok().map(AlignedBuf))
+}
+
+/// [`direct_write`] on a faulty disk: the rule's fault first; a torn write stores the first
+/// `keep_bytes` (the rest of the aligned range is rewritten with the bytes it held) and fails.
+async fn faulty_direct_write(
+    file: &glommio::io::DmaFile,
+    faults: &FileFaults,
+    mut buf: AlignedBuf,
+    position: u64,
+) -> (io::Result<()>, Option<AlignedBuf>) {
+    let len = buf.len();
+    let keep = match faults.disk.before(FaultOp::Write, &faults.path) {
+        None => len,
+        Some(crate::fault::Fault::Fail(code)) => {
+            return (Err(io::Error::from_raw_os_error(code)), Some(buf))
+        }
+        Some(crate::fault::Fault::Delay(d)) => {
+            crate::time::sleep(d).await;
+            len
+        }
+        Some(crate::fault::Fault::Torn { keep_bytes }) => keep_bytes.min(len),
+    };
+    if let Err(e) = faults.reserve_growth(position + len as u64) {
+        return (Err(e), Some(buf));
+    }
+    if keep < len {
+        let old = match file.read_at(position + keep as u64, len - keep).await {
+            Ok(old) => old,
+            Err(e) => return (Err(e.into()), Some(buf)),
+        };
+        let dst = &mut buf.as_bytes_mut()[keep..];
+        dst.fill(0);
+        dst[..old.len()].copy_from_slice(&old);
+    }
+    let kept = buf.as_bytes()[..keep].to_vec();
+    let (result, buf) = direct_write(file, buf, position).await;
+    if result.is_ok() {
+        faults.wrote(position, &kept);
+    }
+    if keep < len {
+        return (Err(io::Error::from_raw_os_error(libc::EIO)), buf);
+    }
+    (result, buf)
+}
+
+async fn buffered_write(
+    file: &glommio::io::BufferedFile,
+    buf: Vec<u8>,
+    position: u64,
+) -> io::Result<()> {
+    let len = buf.len();
+    let written = file.write_at(buf, position).await?;
+    if written != len {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("short write: {written} of {len} bytes at {position}"),
+        ));
+    }
+    Ok(())
+}
+
+/// [`buffered_write`] on a faulty disk (a torn write stores only the first `keep_bytes`).
+async fn faulty_buffered_write(
+    file: &glommio::io::BufferedFile,
+    faults: &FileFaults,
+    mut buf: Vec<u8>,
+    position: u64,
+) -> io::Result<()> {
+    let len = buf.len();
+    let keep = match faults.disk.before(FaultOp::Write, &faults.path) {
+        None => len,
+        Some(crate::fault::Fault::Fail(code)) => return Err(io::Error::from_raw_os_error(code)),
+        Some(crate::fault::Fault::Delay(d)) => {
+            crate::time::sleep(d).await;
+            len
+        }
+        Some(crate::fault::Fault::Torn { keep_bytes }) => keep_bytes.min(len),
+    };
+    buf.truncate(keep);
+    faults.reserve_growth(position + keep as u64)?;
+    let kept = buf.clone();
+    if !buf.is_empty() {
+        buffered_write(file, buf, position).await?;
+    }
+    faults.wrote(position, &kept);
+    if keep < len {
+        return Err(io::Error::from_raw_os_error(libc::EIO));
+    }
+    Ok(())
+}
+
+/// An fdatasync on a faulty disk: the rule's fault, else `sync`; on success what was written
+/// before it started becomes durable.
+async fn faulty_sync(
+    faults: &FileFaults,
+    sync: impl std::future::Future<Output = io::Result<()>>,
+) -> io::Result<()> {
+    faults.disk.gate(FaultOp::Sync, &faults.path).await?;
+    let covers = faults.sync_started();
+    sync.await?;
+    faults.synced(covers);
+    Ok(())
+}
+
+/// `ftruncate`, through the fault context when there is one.
+async fn faulty_truncate(faults: Option<&FileFaults>, fd: RawFd, size: u64) -> io::Result<()> {
+    let Some(faults) = faults else {
+        return ftruncate(fd, size);
+    };
+    faults.disk.gate(FaultOp::Truncate, &faults.path).await?;
+    ftruncate(fd, size)?;
+    faults.set_len(size)
+}
+
+/// The disk a component's files live on: the real one, or a [`FaultyDisk`] that tests use to
+/// inject faults and simulate power loss. An enum, so the real disk costs one branch per open
+/// and one `None` check per file operation. Every file a component mutates should be opened
+/// and renamed, removed and synced through its `Disk`. Lives on one core.
+#[derive(Clone, Default)]
+pub enum Disk {
+    /// The real file system.
+    #[default]
+    Real,
+    /// The real file system behind injected faults (tests).
+    Faulty(Rc<FaultyDisk>),
+}
+
+impl Disk {
+    /// [`DirectFile::open_read`].
+    pub async fn open_direct_read(&self, path: impl AsRef<Path>) -> io::Result<DirectFile> {
+        let path = path.as_ref();
+        let Disk::Faulty(disk) = self else {
+            return DirectFile::open_read(path).await;
+        };
+        disk.gate(FaultOp::Open, path).await?;
+        let mut file = DirectFile::open_read(path).await?;
+        file.faults = Some(Rc::new(disk.opened_read(path)));
+        Ok(file)
+    }
+
+    /// [`DirectFile::open_write`].
+    pub async fn open_direct_write(
+        &self,
+        path: impl AsRef<Path>,
+        create: bool,
+    ) -> io::Result<DirectFile> {
+        let path = path.as_ref();
+        let Disk::Faulty(disk) = self else {
+            return DirectFile::open_write(path, create).await;
+        };
+        let existed = disk.before_open_write(path, create).await?;
+        let mut file = DirectFile::open_write(path, create).await?;
+        file.faults = Some(Rc::new(disk.opened_write(path, existed)));
+        Ok(file)
+    }
+
+    /// [`BufferedFile::open_read`].
+    pub async fn open_buffered_read(&self, path: impl AsRef<Path>) -> io::Result<BufferedFile> {
+        let path = path.as_ref();
+        let Disk::Faulty(disk) = self else {
+            return BufferedFile::open_read(path).await;
+        };
+        disk.gate(FaultOp::Open, path).await?;
+        let mut file = BufferedFile::open_read(path).await?;
+        file.faults = Some(Rc::new(disk.opened_read(path)));
+        Ok(file)
+    }
+
+    /// [`BufferedFile::open_write`].
+    pub async fn open_buffered_write(
+        &self,
+        path: impl AsRef<Path>,
+        create: bool,
+    ) -> io::Result<BufferedFile> {
+        let path = path.as_ref();
+        let Disk::Faulty(disk) = self else {
+            return BufferedFile::open_write(path, create).await;
+        };
+        let existed = disk.before_open_write(path, create).await?;
+        let mut file = BufferedFile::open_write(path, create).await?;
+        file.faults = Some(Rc::new(disk.opened_write(path, existed)));
+        Ok(file)
+    }
+
+    /// [`replace_file`]: on a faulty disk as its steps (create the temporary file, write,
+    /// fdatasync, rename, fsync the directory), each open to faults.
+    pub async fn replace_file(
+        &self,
+        path: impl AsRef<Path>,
+        contents: Vec<u8>,
+        sync_parent: bool,
+    ) -> io::Result<()> {
+        let path = path.as_ref();
+        if matches!(self, Disk::Real) {
+            return replace_file(path, contents, sync_parent).await;
+        }
+        let (dir, tmp) = temporary_path(path)?;
+        let f = self.open_buffered_write(&tmp, true).await?;
+        f.truncate(0).await?;
+        f.write_all_at(contents, 0).await?;
+        f.sync_data().await?;
+        f.close().await?;
+        self.rename(&tmp, path).await?;
+        if sync_parent {
+            self.sync_dir(dir).await?;
+        }
+        Ok(())
+    }
+
+    /// [`sync_dir_async`].
+    pub async fn sync_dir(&self, dir: impl AsRef<Path>) -> io::Result<()> {
+        match self {
+            Disk::Real => sync_dir_async(dir).await,
+            Disk::Faulty(disk) => disk.sync_dir(dir.as_ref()).await,
+        }
+    }
+
+    /// [`remove_file`].
+    pub async fn remove_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        match self {
+            Disk::Real => remove_file(path).await,
+            Disk::Faulty(disk) => disk.remove_file(path.as_ref()).await,
+        }
+    }
+
+    /// [`rename`].
+    pub async fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
+        match self {
+            Disk::Real => rename(from, to).await,
+            Disk::Faulty(disk) => disk.rename(from.as_ref(), to.as_ref()).await,
+        }
+    }
+
+    /// Creates `dir` and its missing parents (a direct `mkdir`, see [`ftruncate`]).
+    pub async fn create_dir_all(&self, dir: impl AsRef<Path>) -> io::Result<()> {
+        match self {
+            Disk::Real => std::fs::create_dir_all(dir),
+            Disk::Faulty(disk) => disk.create_dir_all(dir.as_ref()).await,
+        }
+    }
+
+    /// Bytes available to this process on the file system holding `path` (`statvfs`:
+    /// `f_bavail x f_frsize`, what `df` shows as available); on a faulty disk with a
+    /// free-space model, the model's figure.
+    pub fn free_bytes(&self, path: impl AsRef<Path>) -> io::Result<u64> {
+        if let Disk::Faulty(disk) = self {
+            if let Some(free) = disk.probe_free_bytes() {
+                return Ok(free);
+            }
+        }
+        free_bytes(path)
+    }
+}
+
+/// `statvfs(2)`: bytes available to unprivileged users on the file system holding `path`.
+pub fn free_bytes(path: impl AsRef<Path>) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_ref().as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: `statvfs` writes into the zeroed struct we pass; `c` is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: see above; both pointers are valid for the call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// `(directory, .<name>.tmp)` for replacing `path`.
+fn temporary_path(path: &Path) -> io::Result<(&Path, std::path::PathBuf)> {
+    match (path.parent(), path.file_name()) {
+        (Some(d), Some(n)) => Ok((d, d.join(format!(".{}.tmp", n.to_string_lossy())))),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path has no parent or file name",
+        )),
     }
 }
 
@@ -308,16 +627,7 @@ pub async fn replace_file(
     sync_parent: bool,
 ) -> io::Result<()> {
     let path = path.as_ref();
-    let (dir, name) = match (path.parent(), path.file_name()) {
-        (Some(d), Some(n)) => (d, n),
-        _ => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "path has no parent or file name",
-            ))
-        }
-    };
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let (dir, tmp) = temporary_path(path)?;
     let f = glommio::io::OpenOptions::new()
         .write(true)
         .create(true)

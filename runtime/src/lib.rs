@@ -4,8 +4,9 @@
 //! - [`executor`]: start one pinned executor per core with its own io_uring rings, sized to the
 //!   locked-memory limit.
 //! - [`task`]: spawn local tasks, yield, run blocking work off the core.
-//! - [`fs`]: direct-IO files (O_DIRECT through io_uring) and aligned buffers.
-//! - [`time`]: sleeps, timeouts and a monotonic clock.
+//! - [`fs`]: direct-IO files (O_DIRECT through io_uring) and aligned buffers, reached through
+//!   a [`fs::Disk`]: the real one, or a [`fault::FaultyDisk`] that tests use to inject faults.
+//! - [`time`]: sleeps, timeouts, and the [`time::Clock`] seam (system or manual time).
 //! - [`sync`]: single-core notification primitives.
 //! - [`net`]: TCP listeners and streams, `send_file` that never stalls the core.
 //! - [`channel`]: bounded cross-core channels (a full mesh).
@@ -14,6 +15,7 @@
 
 pub mod channel;
 pub mod executor;
+pub mod fault;
 pub mod fs;
 pub mod net;
 pub mod sync;

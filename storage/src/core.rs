@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::{Rc, Weak};
 
+use borges_runtime::fs::Disk;
 use borges_runtime::sync::Notify;
+use borges_runtime::time::Clock;
 
 use crate::config::{StorageConfig, StorageTuning};
 use crate::index::SegmentIndex;
@@ -86,6 +88,10 @@ pub struct CoreStorage {
     tickets: RefCell<VecDeque<(Weak<PartitionLog>, i64, u64)>>,
     /// Flushers of this core holding their segment files open.
     pub(crate) open_writers: Cell<usize>,
+    /// Where every file of this core's logs is opened, synced, renamed and removed.
+    pub(crate) disk: Disk,
+    /// Where this core's logs read the time and sleep.
+    pub(crate) clock: Clock,
 }
 
 impl CoreStorage {
@@ -102,6 +108,19 @@ impl CoreStorage {
         data_dir: &Path,
         config: StorageConfig,
         tuning: StorageTuning,
+    ) -> Result<Rc<CoreStorage>, StorageError> {
+        CoreStorage::with_seams(data_dir, config, tuning, Disk::Real, Clock::System).await
+    }
+
+    /// [`CoreStorage::with_tuning`] on a chosen disk and clock: tests pass a
+    /// `Disk::Faulty` to inject faults and simulate power loss, and a manual clock to move time
+    /// (flush intervals, checkpoint periods, hibernation, `segment_ms`).
+    pub async fn with_seams(
+        data_dir: &Path,
+        config: StorageConfig,
+        tuning: StorageTuning,
+        disk: Disk,
+        clock: Clock,
     ) -> Result<Rc<CoreStorage>, StorageError> {
         config.validate()?;
         borges_runtime::fs::prime_device(data_dir)
@@ -125,6 +144,8 @@ impl CoreStorage {
             tickets: RefCell::new(VecDeque::new()),
             write_buffers: RefCell::new(Vec::new()),
             open_writers: Cell::new(0),
+            disk,
+            clock,
         }))
     }
 
@@ -162,6 +183,16 @@ impl CoreStorage {
     /// The settings.
     pub fn config(&self) -> &StorageConfig {
         &self.config
+    }
+
+    /// The disk this core's files are on.
+    pub fn disk(&self) -> &Disk {
+        &self.disk
+    }
+
+    /// The clock this core's logs use.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// Whether a write or fsync failed on this core's log directory.

@@ -291,7 +291,7 @@ impl PartitionLog {
                 bytes_max: self.core.config.write_buffer_bytes_max,
             });
         }
-        let now_ms = borges_runtime::time::now_ms();
+        let now_ms = self.core.clock.now_ms();
         let mut info = AppendInfo {
             base_offset: st.log_end_offset(),
             last_offset: 0,
@@ -571,7 +571,7 @@ impl PartitionLog {
                 source,
             })?;
         if let Some(parent) = self.dir.parent() {
-            let _ = borges_runtime::fs::sync_dir_async(parent).await;
+            let _ = self.core.disk.sync_dir(parent).await;
         }
         Ok(())
     }
@@ -672,12 +672,12 @@ fn should_roll(st: &LogState, size: u64, last_offset_delta: i32, now_ms: i64) ->
 
 /// Closes the active segment and opens a new empty one at the log end (in memory; the
 /// flusher creates the file).
-pub(crate) fn roll_active(st: &mut LogState) {
+pub(crate) fn roll_active(st: &mut LogState, now_ms: i64) {
     let leo = st.log_end_offset();
     st.active_mut().closed = true;
     st.segments.insert(
         leo,
-        SegmentMeta::new_active(leo, crate::index::SegmentIndex::new()),
+        SegmentMeta::new_active(leo, crate::index::SegmentIndex::new(), now_ms),
     );
 }
 
@@ -691,7 +691,7 @@ fn append_one(
 ) -> MemBatch {
     let size = h.size_bytes() as u64;
     if should_roll(st, size, h.last_offset_delta, now_ms) {
-        roll_active(st);
+        roll_active(st, now_ms);
     }
     let interval = st.config.index_interval_bytes;
     let base_offset = st.log_end_offset();

@@ -2,8 +2,6 @@
 
 use std::rc::Rc;
 
-use borges_runtime::fs::DirectFile;
-
 use crate::checkpoint::RecoveryCheckpoint;
 use crate::index::SegmentIndex;
 use crate::log::{roll_active, PartitionLog, Point, TickOutcome, VerifyReport};
@@ -30,7 +28,7 @@ impl PartitionLog {
                 .first_append_ms
                 .is_some_and(|t| now_ms.saturating_sub(t) >= st.config.segment_ms as i64);
             if expired && !active.is_empty() {
-                roll_active(&mut st);
+                roll_active(&mut st, self.core.clock.now_ms());
                 outcome.rolled = true;
             }
             let doomed = retention_victims(&st, now_ms);
@@ -62,7 +60,7 @@ impl PartitionLog {
             self.core.forget_file(self.id, base);
             for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
                 let path = segment_path(&self.dir, base, suffix);
-                if let Err(e) = borges_runtime::fs::remove_file(&path).await {
+                if let Err(e) = self.core.disk.remove_file(&path).await {
                     tracing::warn!(file = %path.display(), "retention could not remove: {e}");
                 }
             }
@@ -93,7 +91,7 @@ impl PartitionLog {
         let mut report = VerifyReport::default();
         for (base, next, size) in closed {
             let path = segment_path(&self.dir, base, LOG_SUFFIX);
-            let file = match DirectFile::open_read(&path).await {
+            let file = match self.core.disk.open_direct_read(&path).await {
                 Ok(f) => Rc::new(f),
                 Err(_) if !self.state.borrow().segments.contains_key(&base) => continue,
                 Err(e) => return Err(io_error("open", &path, e)),
@@ -166,7 +164,15 @@ impl PartitionLog {
         self.rebuild_running(&mut index, base, position, new_end)
             .await?;
         self.drop_segments_after(base).await;
-        let next = Writer::open(&self.dir, base, position, kept_offsets, kept_times).await?;
+        let next = Writer::open(
+            &self.core,
+            &self.dir,
+            base,
+            position,
+            kept_offsets,
+            kept_times,
+        )
+        .await?;
         let old = std::mem::replace(w, next);
         old.close().await?;
         w.file
@@ -189,7 +195,9 @@ impl PartitionLog {
         let (start, start_offset) = index.restart_point(base);
         let path = segment_path(&self.dir, base, LOG_SUFFIX);
         let file = Rc::new(
-            DirectFile::open_read(&path)
+            self.core
+                .disk
+                .open_direct_read(&path)
                 .await
                 .map_err(|e| io_error("open", &path, e))?,
         );
@@ -225,7 +233,9 @@ impl PartitionLog {
 
     async fn write_checkpoint_durable(&self, cp: &RecoveryCheckpoint) -> Result<(), StorageError> {
         let path = self.dir.join(crate::checkpoint::RECOVERY_CHECKPOINT_FILE);
-        borges_runtime::fs::replace_file(&path, cp.encode(), true)
+        self.core
+            .disk
+            .replace_file(&path, cp.encode(), true)
             .await
             .map_err(|e| io_error("write checkpoint", &path, e))?;
         self.state.borrow_mut().last_checkpoint = Some(*cp);
@@ -245,7 +255,11 @@ impl PartitionLog {
         for b in later {
             self.core.forget_file(self.id, b);
             for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                let _ = borges_runtime::fs::remove_file(segment_path(&self.dir, b, suffix)).await;
+                let _ = self
+                    .core
+                    .disk
+                    .remove_file(segment_path(&self.dir, b, suffix))
+                    .await;
             }
         }
         self.core.forget_file(self.id, base);
@@ -305,17 +319,23 @@ impl PartitionLog {
         let placeholder_base = i64::MIN;
         self.drop_segments_after(placeholder_base).await;
         let _ = bases;
-        let next = Writer::open(&self.dir, offset, 0, 0, 0).await?;
+        let next = Writer::open(&self.core, &self.dir, offset, 0, 0, 0).await?;
         let old = std::mem::replace(w, next);
         old.close().await?;
-        borges_runtime::fs::sync_dir_async(&self.dir)
+        self.core
+            .disk
+            .sync_dir(&self.dir)
             .await
             .map_err(|e| io_error("fsync directory", &self.dir, e))?;
         {
             let mut st = self.state.borrow_mut();
             st.segments.insert(
                 offset,
-                crate::segment::SegmentMeta::new_active(offset, SegmentIndex::new()),
+                crate::segment::SegmentMeta::new_active(
+                    offset,
+                    SegmentIndex::new(),
+                    self.core.clock.now_ms(),
+                ),
             );
             st.log_start_offset = offset;
         }

@@ -241,7 +241,7 @@ impl PartitionLog {
             return Ok(s);
         }
         let path = segment_path(&self.dir, base, LOG_SUFFIX);
-        let file = SegmentFile::open(path.clone())
+        let file = SegmentFile::open(&self.core.disk, path.clone())
             .await
             .map_err(|e| io_error("open", &path, e))?;
         let seg = Rc::new(OpenSegment {
@@ -278,7 +278,7 @@ impl PartitionLog {
         if let Some(idx) = open.index.borrow().as_ref() {
             return Ok(f(idx));
         }
-        let idx = match read_index_files(&self.dir, base, size).await {
+        let idx = match read_index_files(&self.core.disk, &self.dir, base, size).await {
             Some(i) => i,
             None => {
                 let interval = self.state.borrow().config.index_interval_bytes;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use borges_runtime::fs::{BufferedFile, DirectFile};
+use borges_runtime::fs::Disk;
 use borges_runtime::sync::Notify;
 
 use crate::checkpoint::{
@@ -32,8 +32,19 @@ struct DirListing {
     epochs: LeaderEpochCache,
 }
 
-fn list_dir(dir: &Path) -> Result<DirListing, StorageError> {
-    std::fs::create_dir_all(dir).map_err(|e| io_error("create directory", dir, e))?;
+async fn list_dir(disk: &Disk, dir: &Path) -> Result<DirListing, StorageError> {
+    if !dir.exists() {
+        disk.create_dir_all(dir)
+            .await
+            .map_err(|e| io_error("create directory", dir, e))?;
+        // The new directory's entry in its parent must survive a power loss too (found by the
+        // power-loss test: without this fsync a new partition could vanish with its data).
+        if let Some(parent) = dir.parent() {
+            disk.sync_dir(parent)
+                .await
+                .map_err(|e| io_error("fsync directory", parent, e))?;
+        }
+    }
     let mut bases = Vec::new();
     let mut indexes = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| io_error("list directory", dir, e))? {
@@ -46,14 +57,14 @@ fn list_dir(dir: &Path) -> Result<DirListing, StorageError> {
         {
             indexes.push((base, entry.path()));
         } else if name.starts_with('.') && name.ends_with(".tmp") {
-            let _ = std::fs::remove_file(entry.path());
+            let _ = disk.remove_file(entry.path()).await;
         }
     }
     bases.sort_unstable();
     for (base, path) in indexes {
         if bases.binary_search(&base).is_err() {
             tracing::info!(file = %path.display(), "removing index file without a segment");
-            let _ = std::fs::remove_file(path);
+            let _ = disk.remove_file(path).await;
         }
     }
     let checkpoint = match std::fs::read(dir.join(RECOVERY_CHECKPOINT_FILE)) {
@@ -96,11 +107,16 @@ fn file_size(path: &Path) -> Result<u64, StorageError> {
 }
 
 /// Reads both index files of a segment whose log holds `log_size` bytes.
-pub(crate) async fn read_index_files(dir: &Path, base: i64, log_size: u64) -> Option<SegmentIndex> {
+pub(crate) async fn read_index_files(
+    disk: &Disk,
+    dir: &Path,
+    base: i64,
+    log_size: u64,
+) -> Option<SegmentIndex> {
     let read = |suffix: &'static str| {
         let path = segment_path(dir, base, suffix);
         async move {
-            let f = BufferedFile::open_read(&path).await.ok()?;
+            let f = disk.open_buffered_read(&path).await.ok()?;
             let size = f.size().await.ok()?;
             let bytes = f.read_exact_at(0, size as usize).await.ok();
             let _ = f.close().await;
@@ -131,7 +147,8 @@ pub(crate) async fn rebuild_closed_index(
     tracing::warn!(file = %path.display(), "rebuilding the indexes of a closed segment");
     let size = file_size(&path)?;
     let file = Rc::new(
-        DirectFile::open_read(&path)
+        core.disk
+            .open_direct_read(&path)
             .await
             .map_err(|e| io_error("open", &path, e))?,
     );
@@ -166,7 +183,7 @@ pub(crate) async fn rebuild_closed_index(
         ));
     }
     index.push_time_entry(base, (outcome.next_offset - base) as u32);
-    let mut w = Writer::open(dir, base, size, 0, 0).await?;
+    let mut w = Writer::open(core, dir, base, size, 0, 0).await?;
     w.persist_index(&index, index.offsets.len(), index.times.len())
         .await?;
     w.close().await?;
@@ -201,7 +218,9 @@ async fn load_closed(
             if len == 0 {
                 Some((crate::index::NO_TIMESTAMP, -1))
             } else {
-                let f = BufferedFile::open_read(&time_path)
+                let f = core
+                    .disk
+                    .open_buffered_read(&time_path)
                     .await
                     .map_err(|e| io_error("open", &time_path, e))?;
                 let b = f
@@ -269,7 +288,7 @@ async fn rescan(
     if let Some(cp) = trusted {
         trusted_end = cp.position;
         let (o, t) = (cp.index_entries as usize, cp.time_index_entries as usize);
-        match read_index_files(dir, base, size).await {
+        match read_index_files(&core.disk, dir, base, size).await {
             Some(mut idx) if idx.offsets.len() >= o && idx.times.len() >= t => {
                 idx.truncate_entries(base, o, t);
                 index = idx;
@@ -289,7 +308,8 @@ async fn rescan(
     }
     let (start_pos, start_offset) = index.restart_point(base);
     let file = Rc::new(
-        DirectFile::open_read(&path)
+        core.disk
+            .open_direct_read(&path)
             .await
             .map_err(|e| io_error("open", &path, e))?,
     );
@@ -335,7 +355,7 @@ async fn rescan(
             "recovery truncates a torn tail: {reason}"
         );
     }
-    let now = borges_runtime::time::now_ms();
+    let now = core.clock.now_ms();
     let meta = SegmentMeta {
         base_offset: base,
         next_offset: outcome.next_offset,
@@ -354,18 +374,23 @@ async fn rescan(
     })
 }
 
-async fn remove_segment_files(dir: &Path, base: i64, why: &str) {
+async fn remove_segment_files(disk: &Disk, dir: &Path, base: i64, why: &str) {
     tracing::warn!(dir = %dir.display(), base, "removing segment: {why}");
     for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-        let _ = borges_runtime::fs::remove_file(segment_path(dir, base, suffix)).await;
+        let _ = disk.remove_file(segment_path(dir, base, suffix)).await;
     }
 }
 
 /// Finalizes a rescanned segment that is not the last one.
-async fn finalize_rescanned(dir: &Path, r: &mut Rescanned) -> Result<(), StorageError> {
+async fn finalize_rescanned(
+    core: &CoreStorage,
+    dir: &Path,
+    r: &mut Rescanned,
+) -> Result<(), StorageError> {
     let meta = &mut r.meta;
     let mut index = meta.live.take().expect("rescanned segment has an index");
     let mut w = Writer::open(
+        core,
         dir,
         meta.base_offset,
         meta.size_bytes,
@@ -415,18 +440,22 @@ pub(crate) async fn open_log(
     config: LogConfig,
 ) -> Result<Rc<PartitionLog>, StorageError> {
     let started = std::time::Instant::now();
-    let listing = list_dir(&dir)?;
+    let listing = list_dir(&core.disk, &dir).await?;
     let mut epochs = listing.epochs.clone();
     if listing.bases.is_empty() {
         let start = listing
             .checkpoint
             .map_or(0, |c| c.offset.max(c.log_start_offset));
-        let writer = Writer::open(&dir, start, 0, 0, 0).await?;
-        borges_runtime::fs::sync_dir_async(&dir)
+        let writer = Writer::open(core, &dir, start, 0, 0, 0).await?;
+        core.disk
+            .sync_dir(&dir)
             .await
             .map_err(|e| io_error("fsync directory", &dir, e))?;
         let mut segments = BTreeMap::new();
-        segments.insert(start, SegmentMeta::new_active(start, SegmentIndex::new()));
+        segments.insert(
+            start,
+            SegmentMeta::new_active(start, SegmentIndex::new(), core.clock.now_ms()),
+        );
         return start_log(core, dir, config, segments, epochs, writer, false).await;
     }
     let (first_rescan, cp) = plan(&dir, &listing)?;
@@ -441,7 +470,13 @@ pub(crate) async fn open_log(
     for (i, &base) in bases.iter().enumerate().skip(first_rescan) {
         let broken = rescanned.last().is_some_and(|r: &Rescanned| r.torn);
         if base != expected || broken {
-            remove_segment_files(&dir, base, "it follows a truncated or missing range").await;
+            remove_segment_files(
+                &core.disk,
+                &dir,
+                base,
+                "it follows a truncated or missing range",
+            )
+            .await;
             continue;
         }
         let trusted = if i == first_rescan { cp.as_ref() } else { None };
@@ -451,12 +486,13 @@ pub(crate) async fn open_log(
     }
     let mut last = rescanned.pop().expect("at least one segment is rescanned");
     for r in &mut rescanned {
-        finalize_rescanned(&dir, r).await?;
+        finalize_rescanned(core, &dir, r).await?;
     }
     for r in rescanned {
         segments.insert(r.meta.base_offset, r.meta);
     }
     let writer = Writer::open(
+        core,
         &dir,
         last.meta.base_offset,
         last.meta.size_bytes,
@@ -471,7 +507,13 @@ pub(crate) async fn open_log(
         .map_err(|e| io_error("fdatasync", &writer.log_path, e))?;
     last.meta.closed = false;
     segments.insert(last.meta.base_offset, last.meta);
-    drop_below_log_start(&dir, &mut segments, cp.map_or(0, |c| c.log_start_offset)).await;
+    drop_below_log_start(
+        &core.disk,
+        &dir,
+        &mut segments,
+        cp.map_or(0, |c| c.log_start_offset),
+    )
+    .await;
     let log = start_log(core, dir, config, segments, epochs, writer, listing.clean).await?;
     tracing::info!(
         dir = %log.dir.display(),
@@ -486,6 +528,7 @@ pub(crate) async fn open_log(
 
 /// Removes whole segments that a checkpointed log start says are already deleted.
 async fn drop_below_log_start(
+    disk: &Disk,
     dir: &Path,
     segments: &mut BTreeMap<i64, SegmentMeta>,
     log_start: i64,
@@ -496,7 +539,7 @@ async fn drop_below_log_start(
             break;
         }
         segments.remove(&base);
-        remove_segment_files(dir, base, "below the checkpointed log start").await;
+        remove_segment_files(disk, dir, base, "below the checkpointed log start").await;
     }
 }
 
@@ -554,10 +597,12 @@ async fn start_log(
     log.checkpoint(&mut writer).await?;
     if clean_marker {
         let marker = log.dir.join(CLEAN_SHUTDOWN_FILE);
-        borges_runtime::fs::remove_file(&marker)
+        core.disk
+            .remove_file(&marker)
             .await
             .map_err(|e| io_error("remove", &marker, e))?;
-        borges_runtime::fs::sync_dir_async(&log.dir)
+        core.disk
+            .sync_dir(&log.dir)
             .await
             .map_err(|e| io_error("fsync directory", &log.dir, e))?;
     }

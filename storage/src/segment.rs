@@ -3,7 +3,7 @@
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use borges_runtime::fs::BufferedFile;
+use borges_runtime::fs::{BufferedFile, Disk};
 
 use crate::index::SegmentIndex;
 
@@ -37,8 +37,8 @@ pub struct SegmentFile {
 }
 
 impl SegmentFile {
-    pub(crate) async fn open(path: PathBuf) -> std::io::Result<SegmentFile> {
-        let file = BufferedFile::open_read(&path).await?;
+    pub(crate) async fn open(disk: &Disk, path: PathBuf) -> std::io::Result<SegmentFile> {
+        let file = disk.open_buffered_read(&path).await?;
         Ok(SegmentFile { file, path })
     }
 
@@ -99,7 +99,8 @@ pub(crate) struct SegmentMeta {
 }
 
 impl SegmentMeta {
-    pub fn new_active(base_offset: i64, index: SegmentIndex) -> SegmentMeta {
+    /// An empty active segment made at wall-clock `now_ms`.
+    pub fn new_active(base_offset: i64, index: SegmentIndex, now_ms: i64) -> SegmentMeta {
         SegmentMeta {
             base_offset,
             next_offset: base_offset,
@@ -107,7 +108,7 @@ impl SegmentMeta {
             max_timestamp: index.max_timestamp,
             max_timestamp_offset: index.max_timestamp_offset,
             first_append_ms: None,
-            last_modified_ms: borges_runtime::time::now_ms(),
+            last_modified_ms: now_ms,
             live: Some(index),
             closed: false,
         }

@@ -18,6 +18,7 @@ use borges_runtime::time::Instant;
 
 use super::Writer;
 use crate::config::Durability;
+use crate::core::CoreStorage;
 use crate::log::{CommandKind, Gate, PartitionLog};
 use crate::StorageError;
 
@@ -82,8 +83,9 @@ impl Writer {
 }
 
 impl Dormant {
-    async fn wake(&self) -> Result<Writer, StorageError> {
+    async fn wake(&self, core: &CoreStorage) -> Result<Writer, StorageError> {
         let mut w = Writer::open(
+            core,
             &self.dir,
             self.segment_base,
             self.position,
@@ -132,7 +134,7 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
             return;
         };
         if let Files::Dormant(d) = &files {
-            match d.wake().await {
+            match d.wake(&log.core).await {
                 Ok(w) => {
                     files = Files::Open {
                         writer: Box::new(w),
@@ -155,6 +157,7 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
         let step = log.flusher_step(writer).await;
         let dir = log.dir.clone();
         let crowded = log.core.writers_crowded();
+        let clock = log.core.clock.clone();
         drop(log);
         match step {
             Step::Worked => {
@@ -176,7 +179,8 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
                 } else {
                     hibernate_after
                 };
-                let woke = borges_runtime::time::timeout(wait, work.changed_since(seen))
+                let woke = clock
+                    .timeout(wait, work.changed_since(seen))
                     .await
                     .is_some();
                 if !woke {
@@ -195,7 +199,7 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
             }
             Step::Idle(Some(d)) => {
                 tracing::trace!(?d, "flusher idle with deadline");
-                borges_runtime::time::timeout(d, work.changed_since(seen)).await;
+                clock.timeout(d, work.changed_since(seen)).await;
             }
         }
     }
@@ -235,7 +239,7 @@ impl PartitionLog {
     }
 
     async fn flusher_work(self: &Rc<Self>, w: &mut Writer) -> Result<Step, StorageError> {
-        let now = Instant::now();
+        let now = self.core.clock.now();
         if self.writer_segment_done(w) {
             self.roll_writer(w).await?;
             return Ok(Step::Worked);

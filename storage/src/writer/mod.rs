@@ -28,9 +28,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use borges_runtime::fs::{BufferedFile, DirectFile};
+use borges_runtime::fs::{BufferedFile, DirectFile, Disk};
 use borges_runtime::time::Instant;
 
+use crate::core::CoreStorage;
 use crate::index::{OFFSET_ENTRY_SIZE_BYTES, TIME_ENTRY_SIZE_BYTES};
 use crate::segment::{segment_path, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::StorageError;
@@ -144,6 +145,7 @@ impl Writer {
     /// `end_position`: drops any bytes after it (torn or pre-allocated tail), keeps
     /// `persisted_offsets` / `persisted_times` index entries, loads the partial last block.
     pub async fn open(
+        core: &CoreStorage,
         dir: &Path,
         base: i64,
         end_position: u64,
@@ -151,7 +153,9 @@ impl Writer {
         persisted_times: usize,
     ) -> Result<Writer, StorageError> {
         let log_path = segment_path(dir, base, LOG_SUFFIX);
-        let file = DirectFile::open_write(&log_path, true)
+        let file = core
+            .disk
+            .open_direct_write(&log_path, true)
             .await
             .map_err(|e| io_error("open", &log_path, e))?;
         let size = file
@@ -183,6 +187,7 @@ impl Writer {
             Vec::new()
         };
         let index_file = open_index(
+            &core.disk,
             dir,
             base,
             INDEX_SUFFIX,
@@ -190,13 +195,14 @@ impl Writer {
         )
         .await?;
         let time_file = open_index(
+            &core.disk,
             dir,
             base,
             TIME_INDEX_SUFFIX,
             persisted_times * TIME_ENTRY_SIZE_BYTES,
         )
         .await?;
-        let now = Instant::now();
+        let now = core.clock.now();
         Ok(Writer {
             segment_base: base,
             log_path,
@@ -240,13 +246,15 @@ impl Writer {
 }
 
 async fn open_index(
+    disk: &Disk,
     dir: &Path,
     base: i64,
     suffix: &str,
     keep_bytes: usize,
 ) -> Result<BufferedFile, StorageError> {
     let path = segment_path(dir, base, suffix);
-    let f = BufferedFile::open_write(&path, true)
+    let f = disk
+        .open_buffered_write(&path, true)
         .await
         .map_err(|e| io_error("open", &path, e))?;
     let size = f.size().await.map_err(|e| io_error("stat", &path, e))?;

@@ -37,8 +37,10 @@ impl PartitionLog {
         w.persist_index(&index, index.offsets.len(), index.times.len())
             .await?;
         let dir = self.dir.clone();
-        let next = Writer::open(&dir, next_base, 0, 0, 0).await?;
-        borges_runtime::fs::sync_dir_async(&dir)
+        let next = Writer::open(&self.core, &dir, next_base, 0, 0, 0).await?;
+        self.core
+            .disk
+            .sync_dir(&dir)
             .await
             .map_err(|e| io_error("fsync directory", &dir, e))?;
         let old = std::mem::replace(w, next);
@@ -69,7 +71,9 @@ impl PartitionLog {
         self.mark_synced(flushed);
         self.checkpoint(w).await?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
-        borges_runtime::fs::replace_file(&marker, Vec::new(), true)
+        self.core
+            .disk
+            .replace_file(&marker, Vec::new(), true)
             .await
             .map_err(|e| io_error("write marker", &marker, e))
     }

@@ -9,7 +9,6 @@
 use std::path::Path;
 
 use borges_runtime::fs::BufferedFile;
-use borges_runtime::time::Instant;
 
 use super::{io_error, IndexParts, Writer};
 use crate::checkpoint::{RecoveryCheckpoint, LEADER_EPOCH_FILE, RECOVERY_CHECKPOINT_FILE};
@@ -104,7 +103,7 @@ impl PartitionLog {
             .sync_data()
             .await
             .map_err(|e| io_error("fdatasync", w.log_path, e))?;
-        *w.last_sync = Instant::now();
+        *w.last_sync = self.core.clock.now();
         self.mark_synced(target);
         Ok(())
     }
@@ -164,16 +163,20 @@ impl PartitionLog {
         )
         .await?;
         let path = self.dir.join(RECOVERY_CHECKPOINT_FILE);
-        borges_runtime::fs::replace_file(&path, cp.encode(), false)
+        self.core
+            .disk
+            .replace_file(&path, cp.encode(), false)
             .await
             .map_err(|e| io_error("write checkpoint", &path, e))?;
         if let Some(bytes) = epochs {
             let path = self.dir.join(LEADER_EPOCH_FILE);
-            borges_runtime::fs::replace_file(&path, bytes, false)
+            self.core
+                .disk
+                .replace_file(&path, bytes, false)
                 .await
                 .map_err(|e| io_error("write epochs", &path, e))?;
         }
-        *w.last_checkpoint = Instant::now();
+        *w.last_checkpoint = self.core.clock.now();
         self.state.borrow_mut().last_checkpoint = Some(cp);
         Ok(())
     }

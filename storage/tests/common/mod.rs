@@ -95,6 +95,53 @@ pub async fn core(dir: &Path, config: StorageConfig) -> Rc<CoreStorage> {
     CoreStorage::new(dir, config).await.expect("core storage")
 }
 
+/// A core on `disk` with `clock` (the fault and time seams).
+pub async fn core_on(
+    dir: &Path,
+    config: StorageConfig,
+    disk: borges_runtime::fs::Disk,
+    clock: borges_runtime::time::Clock,
+) -> Rc<CoreStorage> {
+    CoreStorage::with_seams(
+        dir,
+        config,
+        borges_storage::StorageTuning::default(),
+        disk,
+        clock,
+    )
+    .await
+    .expect("core storage")
+}
+
+/// A core on a fresh faulty disk, with the system clock.
+pub async fn faulty_core(
+    dir: &Path,
+    config: StorageConfig,
+) -> (Rc<CoreStorage>, Rc<borges_runtime::fault::FaultyDisk>) {
+    let faulty = borges_runtime::fault::FaultyDisk::new();
+    let disk = borges_runtime::fs::Disk::Faulty(faulty.clone());
+    let core = core_on(dir, config, disk, borges_runtime::time::Clock::System).await;
+    (core, faulty)
+}
+
+/// `batch(..)` stamped as `append` will store it (base offset, leader epoch), as bytes.
+pub fn stamped(b: &BytesMut, base_offset: i64, leader_epoch: i32) -> Vec<u8> {
+    let mut s = b.clone();
+    borges_protocol::batch::set_base_offset(&mut s, base_offset);
+    borges_protocol::batch::set_partition_leader_epoch(&mut s, leader_epoch);
+    s.to_vec()
+}
+
+/// Every byte of the log from its start to its end (`LogEnd`), batch by batch.
+pub async fn log_bytes(log: &PartitionLog) -> Vec<u8> {
+    let start = log.offsets().log_start_offset;
+    read_all(log, start, ReadBound::LogEnd)
+        .await
+        .iter()
+        .flat_map(|b| b.as_bytes().to_vec())
+        .collect()
+}
+
 pub async fn open(core: &Rc<CoreStorage>, dir: &Path, config: LogConfig) -> Rc<PartitionLog> {
     PartitionLog::open(core, dir.to_path_buf(), config)
         .await
