@@ -12,6 +12,19 @@ use std::rc::Rc;
 
 use crate::fault::{FaultOp, FaultyDisk, FileFaults};
 
+/// glommio's error as an `io::Error` that keeps the errno (glommio's own conversion turns
+/// its "enhanced" errors into messages without one, and storage tells `ENOSPC` and `EMFILE`
+/// from other failures by the errno).
+pub(crate) fn os_error<T>(e: glommio::GlommioError<T>) -> io::Error {
+    match e {
+        glommio::GlommioError::EnhancedIoError { source, .. } => match source.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => source,
+        },
+        other => other.into(),
+    }
+}
+
 /// An aligned buffer for direct-IO writes. Lives on the core that allocated it.
 pub struct AlignedBuf(glommio::io::DmaBuffer);
 
@@ -64,7 +77,9 @@ pub struct DirectFile {
 impl DirectFile {
     /// Opens an existing file read-only.
     pub async fn open_read(path: impl AsRef<Path>) -> io::Result<DirectFile> {
-        let inner = glommio::io::DmaFile::open(path.as_ref()).await?;
+        let inner = glommio::io::DmaFile::open(path.as_ref())
+            .await
+            .map_err(os_error)?;
         Ok(DirectFile {
             inner,
             faults: None,
@@ -78,7 +93,8 @@ impl DirectFile {
             .write(true)
             .create(create)
             .dma_open(path.as_ref())
-            .await?;
+            .await
+            .map_err(os_error)?;
         Ok(DirectFile {
             inner,
             faults: None,
@@ -132,16 +148,18 @@ impl DirectFile {
     /// Reads up to `len` bytes at `position` (any alignment). Fewer bytes come back at the end
     /// of the file.
     pub async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadBuf> {
-        Ok(ReadBuf(self.inner.read_at(position, len).await?))
+        Ok(ReadBuf(
+            self.inner.read_at(position, len).await.map_err(os_error)?,
+        ))
     }
 
     /// fdatasync.
     pub async fn sync_data(&self) -> io::Result<()> {
         let Some(faults) = &self.faults else {
-            return Ok(self.inner.fdatasync().await?);
+            return self.inner.fdatasync().await.map_err(os_error);
         };
         Box::pin(faulty_sync(faults, async {
-            Ok(self.inner.fdatasync().await?)
+            self.inner.fdatasync().await.map_err(os_error)
         }))
         .await
     }
@@ -149,11 +167,18 @@ impl DirectFile {
     /// Reserves blocks up to `size` bytes; with `keep_size` the visible file size is unchanged.
     pub async fn pre_allocate(&self, size: u64, keep_size: bool) -> io::Result<()> {
         let Some(faults) = &self.faults else {
-            return Ok(self.inner.pre_allocate(size, keep_size).await?);
+            return self
+                .inner
+                .pre_allocate(size, keep_size)
+                .await
+                .map_err(os_error);
         };
         faults.disk.gate(FaultOp::Allocate, &faults.path).await?;
         faults.reserve_growth(size)?;
-        self.inner.pre_allocate(size, keep_size).await?;
+        self.inner
+            .pre_allocate(size, keep_size)
+            .await
+            .map_err(os_error)?;
         if !keep_size {
             faults.allocated(size);
         }
@@ -167,7 +192,7 @@ impl DirectFile {
 
     /// Current file size.
     pub async fn size(&self) -> io::Result<u64> {
-        Ok(self.inner.file_size().await?)
+        self.inner.file_size().await.map_err(os_error)
     }
 
     /// Closes the file. The descriptor is handed to the ring to close without waiting for the
@@ -197,7 +222,9 @@ pub struct BufferedFile {
 impl BufferedFile {
     /// Opens an existing file read-only (`O_RDONLY`).
     pub async fn open_read(path: impl AsRef<Path>) -> io::Result<BufferedFile> {
-        let inner = glommio::io::BufferedFile::open(path.as_ref()).await?;
+        let inner = glommio::io::BufferedFile::open(path.as_ref())
+            .await
+            .map_err(os_error)?;
         Ok(BufferedFile {
             inner,
             faults: None,
@@ -211,7 +238,8 @@ impl BufferedFile {
             .write(true)
             .create(create)
             .buffered_open(path.as_ref())
-            .await?;
+            .await
+            .map_err(os_error)?;
         Ok(BufferedFile {
             inner,
             faults: None,
@@ -220,7 +248,9 @@ impl BufferedFile {
 
     /// Reads up to `len` bytes at `position`; fewer come back at the end of the file.
     pub async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadBuf> {
-        Ok(ReadBuf(self.inner.read_at(position, len).await?))
+        Ok(ReadBuf(
+            self.inner.read_at(position, len).await.map_err(os_error)?,
+        ))
     }
 
     /// Reads exactly `len` bytes at `position`, looping over short reads; an error if the file
@@ -253,10 +283,10 @@ impl BufferedFile {
     /// fdatasync.
     pub async fn sync_data(&self) -> io::Result<()> {
         let Some(faults) = &self.faults else {
-            return Ok(self.inner.fdatasync().await?);
+            return self.inner.fdatasync().await.map_err(os_error);
         };
         Box::pin(faulty_sync(faults, async {
-            Ok(self.inner.fdatasync().await?)
+            self.inner.fdatasync().await.map_err(os_error)
         }))
         .await
     }
@@ -268,7 +298,7 @@ impl BufferedFile {
 
     /// Current file size.
     pub async fn size(&self) -> io::Result<u64> {
-        Ok(self.inner.file_size().await?)
+        self.inner.file_size().await.map_err(os_error)
     }
 
     /// Closes the file. The descriptor is handed to the ring to close without waiting for the
@@ -301,7 +331,7 @@ async fn direct_write(
             io::ErrorKind::WriteZero,
             format!("short direct write: {written} of {len} bytes at {position}"),
         )),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(os_error(e)),
     };
     (result, Rc::try_unwrap(shared).ok().map(AlignedBuf))
 }
@@ -332,7 +362,7 @@ async fn faulty_direct_write(
     if keep < len {
         let old = match file.read_at(position + keep as u64, len - keep).await {
             Ok(old) => old,
-            Err(e) => return (Err(e.into()), Some(buf)),
+            Err(e) => return (Err(os_error(e)), Some(buf)),
         };
         let dst = &mut buf.as_bytes_mut()[keep..];
         dst.fill(0);
@@ -355,7 +385,7 @@ async fn buffered_write(
     position: u64,
 ) -> io::Result<()> {
     let len = buf.len();
-    let written = file.write_at(buf, position).await?;
+    let written = file.write_at(buf, position).await.map_err(os_error)?;
     if written != len {
         return Err(io::Error::new(
             io::ErrorKind::WriteZero,
@@ -612,8 +642,10 @@ pub async fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<
 
 /// fsyncs a directory without blocking the core.
 pub async fn sync_dir_async(dir: impl AsRef<Path>) -> io::Result<()> {
-    let d = glommio::io::Directory::open(dir.as_ref()).await?;
-    d.sync().await?;
+    let d = glommio::io::Directory::open(dir.as_ref())
+        .await
+        .map_err(os_error)?;
+    d.sync().await.map_err(os_error)?;
     Ok(d.close().await?)
 }
 
@@ -633,14 +665,15 @@ pub async fn replace_file(
         .create(true)
         .truncate(true)
         .buffered_open(&tmp)
-        .await?;
+        .await
+        .map_err(os_error)?;
     let len = contents.len();
-    let written = f.write_at(contents, 0).await?;
+    let written = f.write_at(contents, 0).await.map_err(os_error)?;
     if written != len {
         return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
     }
-    f.fdatasync().await?;
-    f.close().await?;
+    f.fdatasync().await.map_err(os_error)?;
+    f.close().await.map_err(os_error)?;
     rename(&tmp, path).await?;
     if sync_parent {
         sync_dir_async(dir).await?;

@@ -113,7 +113,30 @@ pub struct StorageConfig {
     /// checkpoint costs several fdatasyncs; 1000 partitions checkpointing every second cost
     /// more than half of a core's write throughput).
     pub recovery_checkpoints_per_s_max: u32,
+    /// Flushers per core that hold their segment's three files open at once: above it idle
+    /// flushers close their files at once (they reopen them on the next append).
+    pub open_writers_max: u32,
+    /// Below this many free bytes on the log directory's file system the core turns read-only
+    /// (appends refused with `StorageError::DiskFull`) before the disk is actually full, so that
+    /// what was already appended can still be written; 0 turns the early refusal off (an
+    /// `ENOSPC` still makes the directory read-only).
+    pub disk_free_bytes_min: u64,
+    /// Period of the free-space probe (`statvfs`) of each core's log directory; a read-only
+    /// directory becomes writable again at the first probe that sees
+    /// `disk_free_bytes_min + DISK_FREE_RESUME_MARGIN_BYTES` free.
+    pub disk_probe_interval_ms: u64,
 }
+
+/// Free bytes above `disk_free_bytes_min` a read-only directory needs before it takes writes
+/// again, so that it does not flap at the threshold (one pre-allocation step).
+pub const DISK_FREE_RESUME_MARGIN_BYTES: u64 = 1 << 20;
+
+/// Descriptors per core for files storage opens briefly (checkpoint replacement, directory
+/// fsyncs, recovery scans, index loads), beyond the read cache and the open writers.
+pub const TRANSIENT_DESCRIPTORS_MAX: u64 = 64;
+
+/// Descriptors one open writer holds: the segment log, its offset index and its time index.
+pub const WRITER_DESCRIPTORS: u64 = 3;
 
 impl Default for StorageConfig {
     fn default() -> Self {
@@ -124,6 +147,9 @@ impl Default for StorageConfig {
             write_size_bytes_max: 4 * 1024 * 1024,
             recovery_checkpoint_interval_ms: 1000,
             recovery_checkpoints_per_s_max: 100,
+            open_writers_max: 1024,
+            disk_free_bytes_min: 64 * 1024 * 1024,
+            disk_probe_interval_ms: 1000,
         }
     }
 }
@@ -147,7 +173,24 @@ impl StorageConfig {
         if self.recovery_checkpoints_per_s_max == 0 {
             return fail("recovery_checkpoints_per_s_max must be positive");
         }
+        if self.open_writers_max == 0 {
+            return fail("open_writers_max must be positive");
+        }
+        if self.disk_probe_interval_ms == 0 {
+            return fail("disk_probe_interval_ms must be positive");
+        }
         Ok(())
+    }
+
+    /// The most file descriptors one core's storage holds at once: the read cache
+    /// (`open_files_max`), the open writers (`WRITER_DESCRIPTORS x open_writers_max`) and the
+    /// brief opens (`TRANSIENT_DESCRIPTORS_MAX`). Enforced: an open beyond it first evicts idle
+    /// read descriptors, then fails with the transient `StorageError::TooManyOpenFiles`. A broker
+    /// reserves `cores x descriptors_max()` of `RLIMIT_NOFILE` for storage.
+    pub fn descriptors_max(&self) -> u64 {
+        u64::from(self.open_files_max)
+            + WRITER_DESCRIPTORS * u64::from(self.open_writers_max)
+            + TRANSIENT_DESCRIPTORS_MAX
     }
 }
 

@@ -1,5 +1,6 @@
 //! `CoreStorage`: what every partition log on one core shares — memory budgets, the open-file
-//! cache, the tail-cache eviction order, and the failed flag of the log directory.
+//! cache and the descriptor budget, the tail-cache eviction order, and the state of the log
+//! directory (writable, read-only because the disk is full, or failed).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -10,7 +11,7 @@ use borges_runtime::fs::Disk;
 use borges_runtime::sync::Notify;
 use borges_runtime::time::Clock;
 
-use crate::config::{StorageConfig, StorageTuning};
+use crate::config::{StorageConfig, StorageTuning, DISK_FREE_RESUME_MARGIN_BYTES};
 use crate::index::SegmentIndex;
 use crate::log::PartitionLog;
 use crate::segment::SegmentFile;
@@ -65,19 +66,118 @@ impl FileCache {
             self.order.remove(&used);
         }
     }
+
+    /// Drops the least recently used entry, returning it (to be dropped outside the borrow).
+    fn evict_oldest(&mut self) -> Option<Rc<OpenSegment>> {
+        let (_, oldest) = self.order.pop_first()?;
+        self.entries.remove(&oldest).map(|(seg, _)| seg)
+    }
+}
+
+/// Probes the free space of `core`'s directory every `disk_probe_interval_ms` of its clock,
+/// for as long as the core exists.
+fn spawn_disk_probe(core: &Rc<CoreStorage>) {
+    let weak = Rc::downgrade(core);
+    let clock = core.clock.clone();
+    let interval = std::time::Duration::from_millis(core.config.disk_probe_interval_ms);
+    borges_runtime::task::spawn(async move {
+        loop {
+            clock.sleep(interval).await;
+            let Some(core) = weak.upgrade() else {
+                return;
+            };
+            core.probe_disk();
+        }
+    })
+    .detach();
+}
+
+/// The state of a core's log directory, as [`CoreStorage::disk_state`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskState {
+    /// Appends are taken.
+    Writable,
+    /// The disk is full (an operation hit `ENOSPC`) or has less than `disk_free_bytes_min`
+    /// free: appends and truncations are refused with `StorageError::DiskFull`; reads, and
+    /// acknowledgements of what was already appended, go on. Becomes `Writable` by itself at
+    /// the first free-space probe that sees `disk_free_bytes_min +
+    /// DISK_FREE_RESUME_MARGIN_BYTES` free.
+    ReadOnly {
+        /// An operation hit `ENOSPC` (rather than the probe seeing too little space).
+        out_of_space: bool,
+        /// Free bytes the probe last saw.
+        free_bytes: Option<u64>,
+    },
+    /// A write or fdatasync failed: every log on the core refuses appends and
+    /// acknowledgements with `StorageError::LogDirFailed` until a restart.
+    Failed {
+        /// What failed.
+        reason: String,
+    },
+}
+
+impl DiskState {
+    /// A short name for metrics and logs: `writable`, `read_only`, `failed`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DiskState::Writable => "writable",
+            DiskState::ReadOnly { .. } => "read_only",
+            DiskState::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// The three shares of a core's descriptor budget ([`StorageConfig::descriptors_max`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Share {
+    /// Segment read descriptors (the read cache, and reads still holding evicted ones):
+    /// `open_files_max`.
+    Reads = 0,
+    /// Writers' segment, index and time-index files: `WRITER_DESCRIPTORS x open_writers_max`.
+    Writers = 1,
+    /// Brief opens (checkpoints, directory fsyncs, scans, index loads):
+    /// `TRANSIENT_DESCRIPTORS_MAX`.
+    Transient = 2,
+}
+
+/// Descriptors counted against one share of the core's budget for as long as this lives.
+pub(crate) struct Descriptors {
+    core: Weak<CoreStorage>,
+    share: Share,
+    count: u64,
+}
+
+impl Drop for Descriptors {
+    fn drop(&mut self) {
+        if let Some(core) = self.core.upgrade() {
+            let open = &core.open_descriptors[self.share as usize];
+            debug_assert!(open.get() >= self.count, "descriptor count underflow");
+            open.set(open.get().saturating_sub(self.count));
+        }
+    }
 }
 
 /// Per-core settings and shared state of every log on one core: memory budgets, open-file
-/// cache, the failed flag of the log directory. Lives on one core (`Rc`, not `Send`).
+/// cache, descriptor budget, the state of the log directory. Lives on one core (`Rc`, not
+/// `Send`).
 pub struct CoreStorage {
     data_dir: PathBuf,
     pub(crate) config: StorageConfig,
     pub(crate) tuning: StorageTuning,
     unflushed_bytes: Cell<u64>,
     tail_cache_bytes: Cell<u64>,
-    failed: RefCell<Option<String>>,
+    state: RefCell<DiskState>,
     /// Bumped when the log directory fails.
     pub(crate) failure: Notify,
+    /// Bumped on every change of [`DiskState`].
+    state_changes: Notify,
+    /// Bumped when a writer could not open for want of descriptors in the writers' share:
+    /// idle flushers then close their files at once.
+    pub(crate) writer_wanted: Notify,
+    /// Storage descriptors open on this core per [`Share`] (counted by [`Descriptors`]).
+    open_descriptors: [Cell<u64>; 3],
+    /// Set on the core itself, to hand out [`Descriptors`] without an `Rc` in every call.
+    this: RefCell<Weak<CoreStorage>>,
     /// Bumped when unflushed bytes shrink.
     pub(crate) writable: Notify,
     next_log_id: Cell<u64>,
@@ -130,14 +230,18 @@ impl CoreStorage {
                 path: data_dir.to_path_buf(),
                 source,
             })?;
-        Ok(Rc::new(CoreStorage {
+        let core = Rc::new(CoreStorage {
             data_dir: data_dir.to_path_buf(),
             config,
             tuning,
             unflushed_bytes: Cell::new(0),
             tail_cache_bytes: Cell::new(0),
-            failed: RefCell::new(None),
+            state: RefCell::new(DiskState::Writable),
             failure: Notify::default(),
+            state_changes: Notify::default(),
+            writer_wanted: Notify::default(),
+            open_descriptors: Default::default(),
+            this: RefCell::new(Weak::new()),
             writable: Notify::default(),
             next_log_id: Cell::new(1),
             files: RefCell::new(FileCache::default()),
@@ -146,7 +250,11 @@ impl CoreStorage {
             open_writers: Cell::new(0),
             disk,
             clock,
-        }))
+        });
+        *core.this.borrow_mut() = Rc::downgrade(&core);
+        core.probe_disk();
+        spawn_disk_probe(&core);
+        Ok(core)
     }
 
     /// Flushers holding segment files open (3 descriptors each).
@@ -154,10 +262,70 @@ impl CoreStorage {
         self.open_writers.get()
     }
 
-    /// Whether idle flushers should close their files at once: more writers are open than a
-    /// quarter of `open_files_max` allows.
+    /// Whether idle flushers should close their files at once: `open_writers_max` writers are
+    /// open (a flusher that wants to open more waits for one of them to close).
     pub(crate) fn writers_crowded(&self) -> bool {
-        self.open_writers.get() > (self.config.open_files_max as usize / 4).max(16)
+        self.open_writers.get() >= self.config.open_writers_max as usize
+    }
+
+    /// The most descriptors this core's storage holds at once
+    /// ([`StorageConfig::descriptors_max`]).
+    pub fn descriptors_max(&self) -> u64 {
+        self.config.descriptors_max()
+    }
+
+    /// Storage descriptors open on this core now (never above [`Self::descriptors_max`]).
+    pub fn open_descriptors(&self) -> u64 {
+        self.open_descriptors.iter().map(Cell::get).sum()
+    }
+
+    fn share_max(&self, share: Share) -> u64 {
+        match share {
+            Share::Reads => u64::from(self.config.open_files_max),
+            Share::Writers => {
+                crate::config::WRITER_DESCRIPTORS * u64::from(self.config.open_writers_max)
+            }
+            Share::Transient => crate::config::TRANSIENT_DESCRIPTORS_MAX,
+        }
+    }
+
+    /// Counts `count` descriptors about to be opened for `path` against `share` of the budget
+    /// (for reads, evicting idle descriptors from the read cache first); `TooManyOpenFiles`
+    /// (transient) if that share is spent.
+    pub(crate) fn descriptors(
+        &self,
+        share: Share,
+        count: u64,
+        path: &Path,
+    ) -> Result<Descriptors, StorageError> {
+        let max = self.share_max(share);
+        let open = &self.open_descriptors[share as usize];
+        while open.get() + count > max {
+            let evicted = match share {
+                Share::Reads => self.files.borrow_mut().evict_oldest(),
+                Share::Writers | Share::Transient => None,
+            };
+            if evicted.is_none() {
+                if share == Share::Writers {
+                    self.writer_wanted.notify_all();
+                }
+                return Err(StorageError::TooManyOpenFiles {
+                    op: "open",
+                    path: path.to_path_buf(),
+                    source: std::io::Error::other(format!(
+                        "this core's storage descriptors for {share:?} ({max}) are all in use"
+                    )),
+                });
+            }
+            // Dropped here: its descriptor closes unless a read still holds it.
+            drop(evicted);
+        }
+        open.set(open.get() + count);
+        Ok(Descriptors {
+            core: self.this.borrow().clone(),
+            share,
+            count,
+        })
     }
 
     /// Appended but not yet flushed bytes of every log on this core.
@@ -197,27 +365,167 @@ impl CoreStorage {
 
     /// Whether a write or fsync failed on this core's log directory.
     pub fn is_failed(&self) -> bool {
-        self.failed.borrow().is_some()
+        matches!(*self.state.borrow(), DiskState::Failed { .. })
+    }
+
+    /// Whether the log directory is read-only because its disk is full.
+    pub fn is_read_only(&self) -> bool {
+        matches!(*self.state.borrow(), DiskState::ReadOnly { .. })
+    }
+
+    /// The state of this core's log directory (for metrics and logs).
+    pub fn disk_state(&self) -> DiskState {
+        self.state.borrow().clone()
+    }
+
+    /// Bumped on every change of [`CoreStorage::disk_state`]: await
+    /// `disk_state_changes().changed_since(generation)` to follow the transitions.
+    pub fn disk_state_changes(&self) -> &Notify {
+        &self.state_changes
     }
 
     pub(crate) fn check_failed(&self) -> Result<(), StorageError> {
-        match &*self.failed.borrow() {
-            Some(_) => Err(StorageError::LogDirFailed(self.data_dir.clone())),
-            None => Ok(()),
+        match &*self.state.borrow() {
+            DiskState::Failed { .. } => Err(StorageError::LogDirFailed(self.data_dir.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    /// `LogDirFailed` if failed, `DiskFull` if read-only: what an append must check.
+    pub(crate) fn check_writable(&self) -> Result<(), StorageError> {
+        match &*self.state.borrow() {
+            DiskState::Writable => Ok(()),
+            DiskState::ReadOnly { free_bytes, .. } => Err(StorageError::DiskFull {
+                data_dir: self.data_dir.clone(),
+                free_bytes: *free_bytes,
+                free_bytes_min: self.config.disk_free_bytes_min,
+            }),
+            DiskState::Failed { .. } => Err(StorageError::LogDirFailed(self.data_dir.clone())),
         }
     }
 
     /// Marks the log directory failed: every log on this core refuses appends and acks.
     pub(crate) fn fail(&self, what: &str) {
-        let first = self.failed.borrow().is_none();
-        if first {
-            tracing::error!(
-                data_dir = %self.data_dir.display(),
-                "log directory failed: {what}; every log on this core refuses writes until restart"
-            );
-            *self.failed.borrow_mut() = Some(what.to_string());
-            self.failure.notify_all();
+        if self.is_failed() {
+            return;
         }
+        tracing::error!(
+            data_dir = %self.data_dir.display(),
+            from = self.state.borrow().name(),
+            "log directory failed: {what}; every log on this core refuses writes until restart"
+        );
+        *self.state.borrow_mut() = DiskState::Failed {
+            reason: what.to_string(),
+        };
+        self.failure.notify_all();
+        self.state_changes.notify_all();
+        self.writable.notify_all();
+    }
+
+    /// An operation hit `ENOSPC`: the directory turns read-only (a failed one stays failed).
+    pub(crate) fn out_of_space(&self, what: &str) {
+        let free_bytes = match &*self.state.borrow() {
+            DiskState::Failed { .. }
+            | DiskState::ReadOnly {
+                out_of_space: true, ..
+            } => return,
+            DiskState::ReadOnly { free_bytes, .. } => *free_bytes,
+            DiskState::Writable => None,
+        };
+        tracing::warn!(
+            data_dir = %self.data_dir.display(),
+            "log directory read-only: disk full ({what}); appends are refused, reads go on, \
+             writes resume once space is freed"
+        );
+        self.set_state(DiskState::ReadOnly {
+            out_of_space: true,
+            free_bytes,
+        });
+    }
+
+    fn set_state(&self, state: DiskState) {
+        *self.state.borrow_mut() = state;
+        self.state_changes.notify_all();
+        // Appenders waiting for room learn that they are refused.
+        self.writable.notify_all();
+    }
+
+    /// Probes the free space of the log directory now (the core also does it every
+    /// `disk_probe_interval_ms`): below `disk_free_bytes_min` a writable directory turns
+    /// read-only; at `disk_free_bytes_min + DISK_FREE_RESUME_MARGIN_BYTES` or more a read-only
+    /// one turns writable. Returns the state after the probe.
+    pub fn probe_disk(&self) -> DiskState {
+        let free = match self.disk.free_bytes(&self.data_dir) {
+            Ok(free) => free,
+            Err(e) => {
+                tracing::warn!(data_dir = %self.data_dir.display(), "free-space probe failed: {e}");
+                return self.disk_state();
+            }
+        };
+        let min = self.config.disk_free_bytes_min;
+        let next = match &*self.state.borrow() {
+            DiskState::Failed { .. } => None,
+            DiskState::Writable if free < min => Some(DiskState::ReadOnly {
+                out_of_space: false,
+                free_bytes: Some(free),
+            }),
+            DiskState::Writable => None,
+            DiskState::ReadOnly { .. } if free >= min + DISK_FREE_RESUME_MARGIN_BYTES => {
+                Some(DiskState::Writable)
+            }
+            DiskState::ReadOnly { out_of_space, .. } => Some(DiskState::ReadOnly {
+                out_of_space: *out_of_space,
+                free_bytes: Some(free),
+            }),
+        };
+        if let Some(next) = next {
+            self.log_transition(&next, free, min);
+            self.set_state(next);
+        }
+        self.disk_state()
+    }
+
+    fn log_transition(&self, next: &DiskState, free: u64, min: u64) {
+        let dir = self.data_dir.display();
+        match (self.is_read_only(), next) {
+            (false, DiskState::ReadOnly { .. }) => tracing::warn!(
+                data_dir = %dir,
+                free_bytes = free,
+                disk_free_bytes_min = min,
+                "log directory read-only: free space below disk_free_bytes_min; appends are refused"
+            ),
+            (true, DiskState::Writable) => tracing::info!(
+                data_dir = %dir,
+                free_bytes = free,
+                "log directory writable again: free space is back"
+            ),
+            _ => {}
+        }
+    }
+
+    /// Replaces `path` with `contents` through the disk (see `Disk::replace_file`), its
+    /// descriptors counted; errors are `op`'s.
+    pub(crate) async fn replace_file(
+        &self,
+        op: &'static str,
+        path: &Path,
+        contents: Vec<u8>,
+        sync_parent: bool,
+    ) -> Result<(), StorageError> {
+        let _fds = self.descriptors(Share::Transient, 1 + u64::from(sync_parent), path)?;
+        self.disk
+            .replace_file(path, contents, sync_parent)
+            .await
+            .map_err(|e| crate::writer::io_error(op, path, e))
+    }
+
+    /// fsyncs `dir` through the disk, its descriptor counted.
+    pub(crate) async fn sync_dir(&self, dir: &Path) -> Result<(), StorageError> {
+        let _fd = self.descriptors(Share::Transient, 1, dir)?;
+        self.disk
+            .sync_dir(dir)
+            .await
+            .map_err(|e| crate::writer::io_error("fsync directory", dir, e))
     }
 
     pub(crate) fn next_log_id(&self) -> u64 {

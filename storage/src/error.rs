@@ -67,15 +67,71 @@ pub enum StorageError {
     /// A configuration value is invalid.
     #[error("invalid log config: {0}")]
     InvalidConfig(String),
+    /// The log directory is read-only because its disk is full (an operation hit `ENOSPC`) or
+    /// has less than `disk_free_bytes_min` free: appends and truncations are refused, reads and
+    /// acknowledged data are unaffected, and writes resume by themselves once the free-space
+    /// probe sees space again. Not a failure of the directory.
+    #[error(
+        "log directory {data_dir} is read-only: disk full ({free_bytes:?} bytes free, \
+         {free_bytes_min} needed); writes resume when space is freed"
+    )]
+    DiskFull {
+        /// The log directory.
+        data_dir: PathBuf,
+        /// Free bytes the probe last saw (`None` before the first probe).
+        free_bytes: Option<u64>,
+        /// `disk_free_bytes_min`.
+        free_bytes_min: u64,
+    },
+    /// An operation ran out of space (`ENOSPC`, `EDQUOT`): it was not done and left nothing
+    /// half-done; the log directory turns read-only ([`StorageError::DiskFull`]).
+    #[error("{op} {path}: no space left ({source}); the log directory is read-only until space is freed")]
+    NoSpace {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The process (`EMFILE`), the system (`ENFILE`) or this core's storage descriptor budget
+    /// (`StorageConfig::descriptors_max`) is out of file descriptors: this one operation was
+    /// not done; retry later. Never a failure of the log directory.
+    #[error("{op} {path}: out of file descriptors ({source}); retry later")]
+    TooManyOpenFiles {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl StorageError {
+    /// Whether retrying the same call later can succeed without a restart: descriptors ran
+    /// out, the write budget was full, or the disk is full (read-only until space is freed).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Busy { .. }
+                | StorageError::TooManyOpenFiles { .. }
+                | StorageError::DiskFull { .. }
+                | StorageError::NoSpace { .. }
+        )
+    }
+
     /// The wire error code a broker answers this failure with.
     pub fn error_code(&self) -> ErrorCode {
         match self {
             StorageError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             StorageError::InvalidBatch(b) => b.error_code(),
-            StorageError::Busy { .. } => ErrorCode::Busy,
+            // Until the protocol has codes of their own: a retriable refusal for descriptors,
+            // the storage error for a full disk (the broker maps both explicitly).
+            StorageError::Busy { .. } | StorageError::TooManyOpenFiles { .. } => ErrorCode::Busy,
+            StorageError::DiskFull { .. } | StorageError::NoSpace { .. } => ErrorCode::StorageError,
             StorageError::Closed | StorageError::Truncated { .. } => ErrorCode::NotLeaderOrFollower,
             StorageError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             StorageError::Io { .. }

@@ -2,7 +2,8 @@
 //! See docs/ARCHITECTURE.md and docs/storage-format.md (on-disk format, write contract,
 //! recovery).
 //!
-//! - [`CoreStorage`]: per-core budgets, open-file cache, log-directory failure flag.
+//! - [`CoreStorage`]: per-core budgets, open-file cache and descriptor budget, the state of the
+//!   log directory ([`DiskState`]: writable, read-only on a full disk, failed).
 //! - [`PartitionLog`]: append (synchronous, offsets assigned), flush/sync (the flusher task),
 //!   reads (memory tail + `File` chunks for sendfile), lookups by timestamp, retention,
 //!   truncation, recovery.
@@ -27,9 +28,10 @@ pub use crate::checkpoint::{
     RECOVERY_CHECKPOINT_FILE,
 };
 pub use crate::config::{
-    Durability, LogConfig, StorageConfig, StorageTuning, SEGMENT_SIZE_BYTES_MAX,
+    Durability, LogConfig, StorageConfig, StorageTuning, DISK_FREE_RESUME_MARGIN_BYTES,
+    SEGMENT_SIZE_BYTES_MAX, TRANSIENT_DESCRIPTORS_MAX, WRITER_DESCRIPTORS,
 };
-pub use crate::core::CoreStorage;
+pub use crate::core::{CoreStorage, DiskState};
 pub use crate::log::{
     AckLevel, AppendInfo, LogOffsets, PartitionLog, ReadBound, TickOutcome, VerifyReport,
 };

@@ -248,7 +248,7 @@ impl PartitionLog {
     }
 
     fn check_writable(&self, st: &LogState) -> Result<(), StorageError> {
-        self.core.check_failed()?;
+        self.core.check_writable()?;
         if let Some(e) = st.corrupt_error() {
             return Err(e);
         }
@@ -311,12 +311,12 @@ impl PartitionLog {
     }
 
     /// Resolves when room for `size_bytes` exists in the core's write budget (or the log
-    /// directory failed: the next append then reports it).
+    /// directory failed or is read-only: the next append then reports it).
     pub async fn wait_writable(&self, size_bytes: u64) {
         loop {
             let seen = self.core.writable.generation();
             let failed = self.core.failure.generation();
-            if self.core.has_room(size_bytes) || self.core.is_failed() {
+            if self.core.has_room(size_bytes) || self.core.check_writable().is_err() {
                 return;
             }
             futures_lite::future::or(
@@ -571,7 +571,7 @@ impl PartitionLog {
                 source,
             })?;
         if let Some(parent) = self.dir.parent() {
-            let _ = self.core.disk.sync_dir(parent).await;
+            let _ = self.core.sync_dir(parent).await;
         }
         Ok(())
     }

@@ -91,6 +91,9 @@ impl PartitionLog {
         let mut report = VerifyReport::default();
         for (base, next, size) in closed {
             let path = segment_path(&self.dir, base, LOG_SUFFIX);
+            let _fd = self
+                .core
+                .descriptors(crate::core::Share::Transient, 1, &path)?;
             let file = match self.core.disk.open_direct_read(&path).await {
                 Ok(f) => Rc::new(f),
                 Err(_) if !self.state.borrow().segments.contains_key(&base) => continue,
@@ -164,15 +167,14 @@ impl PartitionLog {
         self.rebuild_running(&mut index, base, position, new_end)
             .await?;
         self.drop_segments_after(base).await;
-        let next = Writer::open(
-            &self.core,
-            &self.dir,
-            base,
-            position,
-            kept_offsets,
-            kept_times,
-        )
-        .await?;
+        let next = w
+            .open_replacement(
+                &self.core,
+                &self.dir,
+                (base, position),
+                (kept_offsets, kept_times),
+            )
+            .await?;
         let old = std::mem::replace(w, next);
         old.close().await?;
         w.file
@@ -194,6 +196,9 @@ impl PartitionLog {
     ) -> Result<(), StorageError> {
         let (start, start_offset) = index.restart_point(base);
         let path = segment_path(&self.dir, base, LOG_SUFFIX);
+        let _fd = self
+            .core
+            .descriptors(crate::core::Share::Transient, 1, &path)?;
         let file = Rc::new(
             self.core
                 .disk
@@ -234,10 +239,8 @@ impl PartitionLog {
     async fn write_checkpoint_durable(&self, cp: &RecoveryCheckpoint) -> Result<(), StorageError> {
         let path = self.dir.join(crate::checkpoint::RECOVERY_CHECKPOINT_FILE);
         self.core
-            .disk
-            .replace_file(&path, cp.encode(), true)
-            .await
-            .map_err(|e| io_error("write checkpoint", &path, e))?;
+            .replace_file("write checkpoint", &path, cp.encode(), true)
+            .await?;
         self.state.borrow_mut().last_checkpoint = Some(*cp);
         Ok(())
     }
@@ -319,14 +322,12 @@ impl PartitionLog {
         let placeholder_base = i64::MIN;
         self.drop_segments_after(placeholder_base).await;
         let _ = bases;
-        let next = Writer::open(&self.core, &self.dir, offset, 0, 0, 0).await?;
+        let next = w
+            .open_replacement(&self.core, &self.dir, (offset, 0), (0, 0))
+            .await?;
         let old = std::mem::replace(w, next);
         old.close().await?;
-        self.core
-            .disk
-            .sync_dir(&self.dir)
-            .await
-            .map_err(|e| io_error("fsync directory", &self.dir, e))?;
+        self.core.sync_dir(&self.dir).await?;
         {
             let mut st = self.state.borrow_mut();
             st.segments.insert(

@@ -102,7 +102,8 @@ struct FileLimit {
 impl PartitionLog {
     /// Batch-aligned chunks starting at the batch that contains `offset`, up to `max_bytes`
     /// (at least one whole batch even when larger, so consumers always progress), stopping at
-    /// `bound`. offset == bound end → empty read. offset < log start or > log end →
+    /// `bound`, or earlier when the core's read descriptors (`open_files_max`, held by reads
+    /// not yet sent) run out; with none for even the first chunk, `TooManyOpenFiles`. offset == bound end → empty read. offset < log start or > log end →
     /// OffsetOutOfRange.
     pub async fn read(
         &self,
@@ -121,14 +122,20 @@ impl PartitionLog {
             let Some(limit) = self.file_limit(cur, end) else {
                 break;
             };
-            let (chunk, next) = self
+            let read = self
                 .read_file(
                     cur,
                     limit,
                     max_bytes.saturating_sub(size),
                     chunks.is_empty(),
                 )
-                .await?;
+                .await;
+            let (chunk, next) = match read {
+                // Each segment a read spans holds a read descriptor until the read is sent:
+                // when the core's share is spent, this read ends with what it has.
+                Err(StorageError::TooManyOpenFiles { .. }) if !chunks.is_empty() => break,
+                other => other?,
+            };
             let Some(chunk) = chunk else {
                 break;
             };
@@ -241,7 +248,8 @@ impl PartitionLog {
             return Ok(s);
         }
         let path = segment_path(&self.dir, base, LOG_SUFFIX);
-        let file = SegmentFile::open(&self.core.disk, path.clone())
+        let descriptors = self.core.descriptors(crate::core::Share::Reads, 1, &path)?;
+        let file = SegmentFile::open(&self.core.disk, path.clone(), descriptors)
             .await
             .map_err(|e| io_error("open", &path, e))?;
         let seg = Rc::new(OpenSegment {
@@ -278,7 +286,7 @@ impl PartitionLog {
         if let Some(idx) = open.index.borrow().as_ref() {
             return Ok(f(idx));
         }
-        let idx = match read_index_files(&self.core.disk, &self.dir, base, size).await {
+        let idx = match read_index_files(&self.core, &self.dir, base, size).await? {
             Some(i) => i,
             None => {
                 let interval = self.state.borrow().config.index_interval_bytes;

@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use borges_runtime::fs::Disk;
 use borges_runtime::sync::Notify;
 
 use crate::checkpoint::{
@@ -32,7 +31,8 @@ struct DirListing {
     epochs: LeaderEpochCache,
 }
 
-async fn list_dir(disk: &Disk, dir: &Path) -> Result<DirListing, StorageError> {
+async fn list_dir(core: &CoreStorage, dir: &Path) -> Result<DirListing, StorageError> {
+    let disk = &core.disk;
     if !dir.exists() {
         disk.create_dir_all(dir)
             .await
@@ -40,9 +40,7 @@ async fn list_dir(disk: &Disk, dir: &Path) -> Result<DirListing, StorageError> {
         // The new directory's entry in its parent must survive a power loss too (found by the
         // power-loss test: without this fsync a new partition could vanish with its data).
         if let Some(parent) = dir.parent() {
-            disk.sync_dir(parent)
-                .await
-                .map_err(|e| io_error("fsync directory", parent, e))?;
+            core.sync_dir(parent).await?;
         }
     }
     let mut bases = Vec::new();
@@ -106,30 +104,48 @@ fn file_size(path: &Path) -> Result<u64, StorageError> {
         .map_err(|e| io_error("stat", path, e))
 }
 
-/// Reads both index files of a segment whose log holds `log_size` bytes.
+/// Reads both index files of a segment whose log holds `log_size` bytes: `None` if they are
+/// missing, unreadable or invalid (to be rebuilt); an error only when descriptors ran out
+/// (transient: rebuilding would not help).
 pub(crate) async fn read_index_files(
-    disk: &Disk,
+    core: &CoreStorage,
     dir: &Path,
     base: i64,
     log_size: u64,
-) -> Option<SegmentIndex> {
+) -> Result<Option<SegmentIndex>, StorageError> {
     let read = |suffix: &'static str| {
         let path = segment_path(dir, base, suffix);
         async move {
-            let f = disk.open_buffered_read(&path).await.ok()?;
-            let size = f.size().await.ok()?;
-            let bytes = f.read_exact_at(0, size as usize).await.ok();
+            let _fd = core.descriptors(crate::core::Share::Transient, 1, &path)?;
+            let f = match core.disk.open_buffered_read(&path).await {
+                Ok(f) => f,
+                Err(e) => {
+                    return match io_error("open", &path, e) {
+                        e @ StorageError::TooManyOpenFiles { .. } => Err(e),
+                        _ => Ok(None),
+                    }
+                }
+            };
+            let size = f.size().await.ok();
+            let bytes = match size {
+                Some(size) => f.read_exact_at(0, size as usize).await.ok(),
+                None => None,
+            };
             let _ = f.close().await;
-            bytes
+            Ok::<_, StorageError>(bytes)
         }
     };
-    let offsets = read(INDEX_SUFFIX).await?;
-    let times = read(TIME_INDEX_SUFFIX).await?;
+    let Some(offsets) = read(INDEX_SUFFIX).await? else {
+        return Ok(None);
+    };
+    let Some(times) = read(TIME_INDEX_SUFFIX).await? else {
+        return Ok(None);
+    };
     match SegmentIndex::decode(base, &offsets, &times, log_size.max(1)) {
-        Ok(i) => Some(i),
+        Ok(i) => Ok(Some(i)),
         Err(e) => {
             tracing::warn!(dir = %dir.display(), base, "invalid index files: {}", e.0);
-            None
+            Ok(None)
         }
     }
 }
@@ -146,6 +162,7 @@ pub(crate) async fn rebuild_closed_index(
     let path = segment_path(dir, base, LOG_SUFFIX);
     tracing::warn!(file = %path.display(), "rebuilding the indexes of a closed segment");
     let size = file_size(&path)?;
+    let _fd = core.descriptors(crate::core::Share::Transient, 1, &path)?;
     let file = Rc::new(
         core.disk
             .open_direct_read(&path)
@@ -218,6 +235,7 @@ async fn load_closed(
             if len == 0 {
                 Some((crate::index::NO_TIMESTAMP, -1))
             } else {
+                let _fd = core.descriptors(crate::core::Share::Transient, 1, &time_path)?;
                 let f = core
                     .disk
                     .open_buffered_read(&time_path)
@@ -288,7 +306,7 @@ async fn rescan(
     if let Some(cp) = trusted {
         trusted_end = cp.position;
         let (o, t) = (cp.index_entries as usize, cp.time_index_entries as usize);
-        match read_index_files(&core.disk, dir, base, size).await {
+        match read_index_files(core, dir, base, size).await? {
             Some(mut idx) if idx.offsets.len() >= o && idx.times.len() >= t => {
                 idx.truncate_entries(base, o, t);
                 index = idx;
@@ -307,6 +325,7 @@ async fn rescan(
         }
     }
     let (start_pos, start_offset) = index.restart_point(base);
+    let _fd = core.descriptors(crate::core::Share::Transient, 1, &path)?;
     let file = Rc::new(
         core.disk
             .open_direct_read(&path)
@@ -374,10 +393,10 @@ async fn rescan(
     })
 }
 
-async fn remove_segment_files(disk: &Disk, dir: &Path, base: i64, why: &str) {
+async fn remove_segment_files(core: &CoreStorage, dir: &Path, base: i64, why: &str) {
     tracing::warn!(dir = %dir.display(), base, "removing segment: {why}");
     for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-        let _ = disk.remove_file(segment_path(dir, base, suffix)).await;
+        let _ = core.disk.remove_file(segment_path(dir, base, suffix)).await;
     }
 }
 
@@ -433,6 +452,25 @@ fn plan(
     }
 }
 
+/// A directory without segments: one empty active segment at the checkpointed offset.
+async fn open_empty(
+    core: &Rc<CoreStorage>,
+    dir: PathBuf,
+    config: LogConfig,
+    listing: &DirListing,
+) -> Result<Rc<PartitionLog>, StorageError> {
+    let start = listing
+        .checkpoint
+        .map_or(0, |c| c.offset.max(c.log_start_offset));
+    let writer = Writer::open(core, &dir, start, 0, 0, 0).await?;
+    core.sync_dir(&dir).await?;
+    let mut segments = BTreeMap::new();
+    let active = SegmentMeta::new_active(start, SegmentIndex::new(), core.clock.now_ms());
+    segments.insert(start, active);
+    let epochs = listing.epochs.clone();
+    start_log(core, dir, config, segments, epochs, writer, false).await
+}
+
 /// Opens (or creates) a partition directory and recovers it. See the module docs.
 pub(crate) async fn open_log(
     core: &Rc<CoreStorage>,
@@ -440,23 +478,10 @@ pub(crate) async fn open_log(
     config: LogConfig,
 ) -> Result<Rc<PartitionLog>, StorageError> {
     let started = std::time::Instant::now();
-    let listing = list_dir(&core.disk, &dir).await?;
+    let listing = list_dir(core, &dir).await?;
     let mut epochs = listing.epochs.clone();
     if listing.bases.is_empty() {
-        let start = listing
-            .checkpoint
-            .map_or(0, |c| c.offset.max(c.log_start_offset));
-        let writer = Writer::open(core, &dir, start, 0, 0, 0).await?;
-        core.disk
-            .sync_dir(&dir)
-            .await
-            .map_err(|e| io_error("fsync directory", &dir, e))?;
-        let mut segments = BTreeMap::new();
-        segments.insert(
-            start,
-            SegmentMeta::new_active(start, SegmentIndex::new(), core.clock.now_ms()),
-        );
-        return start_log(core, dir, config, segments, epochs, writer, false).await;
+        return open_empty(core, dir, config, &listing).await;
     }
     let (first_rescan, cp) = plan(&dir, &listing)?;
     let bases = &listing.bases;
@@ -470,13 +495,8 @@ pub(crate) async fn open_log(
     for (i, &base) in bases.iter().enumerate().skip(first_rescan) {
         let broken = rescanned.last().is_some_and(|r: &Rescanned| r.torn);
         if base != expected || broken {
-            remove_segment_files(
-                &core.disk,
-                &dir,
-                base,
-                "it follows a truncated or missing range",
-            )
-            .await;
+            let why = "it follows a truncated or missing range";
+            remove_segment_files(core, &dir, base, why).await;
             continue;
         }
         let trusted = if i == first_rescan { cp.as_ref() } else { None };
@@ -507,13 +527,8 @@ pub(crate) async fn open_log(
         .map_err(|e| io_error("fdatasync", &writer.log_path, e))?;
     last.meta.closed = false;
     segments.insert(last.meta.base_offset, last.meta);
-    drop_below_log_start(
-        &core.disk,
-        &dir,
-        &mut segments,
-        cp.map_or(0, |c| c.log_start_offset),
-    )
-    .await;
+    let log_start = cp.map_or(0, |c| c.log_start_offset);
+    drop_below_log_start(core, &dir, &mut segments, log_start).await;
     let log = start_log(core, dir, config, segments, epochs, writer, listing.clean).await?;
     tracing::info!(
         dir = %log.dir.display(),
@@ -528,7 +543,7 @@ pub(crate) async fn open_log(
 
 /// Removes whole segments that a checkpointed log start says are already deleted.
 async fn drop_below_log_start(
-    disk: &Disk,
+    core: &CoreStorage,
     dir: &Path,
     segments: &mut BTreeMap<i64, SegmentMeta>,
     log_start: i64,
@@ -539,7 +554,7 @@ async fn drop_below_log_start(
             break;
         }
         segments.remove(&base);
-        remove_segment_files(disk, dir, base, "below the checkpointed log start").await;
+        remove_segment_files(core, dir, base, "below the checkpointed log start").await;
     }
 }
 
@@ -601,10 +616,7 @@ async fn start_log(
             .remove_file(&marker)
             .await
             .map_err(|e| io_error("remove", &marker, e))?;
-        core.disk
-            .sync_dir(&log.dir)
-            .await
-            .map_err(|e| io_error("fsync directory", &log.dir, e))?;
+        core.sync_dir(&log.dir).await?;
     }
     spawn_flusher(&log, writer);
     Ok(log)

@@ -34,12 +34,22 @@ pub fn parse_segment_name(name: &str, suffix: &str) -> Option<i64> {
 pub struct SegmentFile {
     file: BufferedFile,
     path: PathBuf,
+    /// Counted against the core's descriptor budget while open.
+    _descriptors: crate::core::Descriptors,
 }
 
 impl SegmentFile {
-    pub(crate) async fn open(disk: &Disk, path: PathBuf) -> std::io::Result<SegmentFile> {
+    pub(crate) async fn open(
+        disk: &Disk,
+        path: PathBuf,
+        descriptors: crate::core::Descriptors,
+    ) -> std::io::Result<SegmentFile> {
         let file = disk.open_buffered_read(&path).await?;
-        Ok(SegmentFile { file, path })
+        Ok(SegmentFile {
+            file,
+            path,
+            _descriptors: descriptors,
+        })
     }
 
     /// The segment file's path.

@@ -103,6 +103,7 @@ fn configs(durability: Durability, retention: bool) -> (LogConfig, StorageConfig
         write_size_bytes_max: 4096,
         recovery_checkpoint_interval_ms: 20,
         recovery_checkpoints_per_s_max: 100,
+        ..StorageConfig::default()
     };
     (log, storage)
 }

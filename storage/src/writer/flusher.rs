@@ -6,8 +6,14 @@
 //! durability is `fsync`); a write round (followed by its group-commit fdatasync under
 //! `fsync`); one queued command (truncate, close). With nothing to do it waits for work or the
 //! next deadline; idle for `HIBERNATE_AFTER` (at once when the core's writers are crowded) it
-//! closes its files and reopens them on the next work. Any error of a step fails the core's log
-//! directory: every waiter and queued command of this log gets `LogDirFailed` and the task ends.
+//! closes its files and reopens them on the next work. An error that left nothing half-done and
+//! may go away — out of space (`NoSpace`: the core's directory turns read-only) or out of
+//! descriptors (`TooManyOpenFiles`) — is retried after a back-off (`disk_probe_interval_ms`, or
+//! sooner when the directory's state changes; `DESCRIPTORS_RETRY`); pending batches stay
+//! pending and their acknowledgements wait. While the directory is read-only queued commands
+//! (close) run before pending batches, which a close then abandons unacknowledged. Every other
+//! error of a step fails the core's log directory: every waiter and queued command of this log
+//! gets `LogDirFailed` and the task ends.
 
 use std::path::Path;
 use std::rc::{Rc, Weak};
@@ -25,6 +31,8 @@ use crate::StorageError;
 enum Step {
     Worked,
     Idle(Option<Duration>),
+    /// An operation failed for want of space or descriptors: retry it after this long.
+    Backoff(Duration),
     Stop,
 }
 
@@ -133,31 +141,25 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
         let Some(log) = weak.upgrade() else {
             return;
         };
-        if let Files::Dormant(d) = &files {
-            match d.wake(&log.core).await {
+        let step = match &mut files {
+            Files::Dormant(d) => match d.wake(&log.core).await {
                 Ok(w) => {
                     files = Files::Open {
                         writer: Box::new(w),
                         _counted: OpenWriter::new(&log.core),
-                    }
+                    };
+                    continue;
                 }
-                Err(e) => {
-                    log.core.fail(&e.to_string());
-                    log.stop_flusher(|| {
-                        StorageError::LogDirFailed(log.core.data_dir().to_path_buf())
-                    });
-                    return;
-                }
+                Err(e) => log.wake_failed(e),
+            },
+            Files::Open { writer, .. } => {
+                tracing::trace!(dir = %log.dir.display(), "flusher step");
+                log.flusher_step(writer).await
             }
-        }
-        let Files::Open { writer, .. } = &mut files else {
-            return;
         };
-        tracing::trace!(dir = %log.dir.display(), "flusher step");
-        let step = log.flusher_step(writer).await;
         let dir = log.dir.clone();
         let crowded = log.core.writers_crowded();
-        let clock = log.core.clock.clone();
+        let core = log.core.clone();
         drop(log);
         match step {
             Step::Worked => {
@@ -173,37 +175,73 @@ async fn run_flusher(weak: Weak<PartitionLog>, work: Rc<Notify>, writer: Writer)
                 return;
             }
             Step::Idle(None) => {
-                tracing::trace!("flusher idle");
                 let wait = if crowded {
                     Duration::ZERO
                 } else {
                     hibernate_after
                 };
-                let woke = clock
-                    .timeout(wait, work.changed_since(seen))
-                    .await
-                    .is_some();
-                if !woke {
-                    let Files::Open { writer: w, .. } = files else {
+                if !idle_until_wanted(&core, &work, seen, wait).await {
+                    let Some(dormant) = hibernate(files, &dir).await else {
                         return;
                     };
-                    match w.hibernate(&dir).await {
-                        Ok(d) => files = Files::Dormant(d),
-                        Err(e) => {
-                            tracing::warn!("closing idle segment files: {e}");
-                            return;
-                        }
-                    }
+                    files = dormant;
                     work.changed_since(seen).await;
                 }
             }
             Step::Idle(Some(d)) => {
-                tracing::trace!(?d, "flusher idle with deadline");
-                clock.timeout(d, work.changed_since(seen)).await;
+                idle(&core, &work, seen, d).await;
             }
+            Step::Backoff(d) => backoff(&core, d).await,
         }
     }
 }
+
+/// Closes the files of an idle flusher; `None` if they could not be closed (the flusher ends).
+async fn hibernate(files: Files, dir: &Path) -> Option<Files> {
+    let Files::Open { writer, .. } = files else {
+        return Some(files);
+    };
+    match writer.hibernate(dir).await {
+        Ok(d) => Some(Files::Dormant(d)),
+        Err(e) => {
+            tracing::warn!("closing idle segment files: {e}");
+            None
+        }
+    }
+}
+
+/// Waits up to `wait` (of the core's clock) for work; true if work came.
+async fn idle(core: &CoreStorage, work: &Notify, seen: u64, wait: Duration) -> bool {
+    tracing::trace!(?wait, "flusher idle");
+    core.clock
+        .timeout(wait, work.changed_since(seen))
+        .await
+        .is_some()
+}
+
+/// [`idle`], but also ends (false) when another flusher of the core wants a writer's
+/// descriptors: an idle flusher then closes its files.
+async fn idle_until_wanted(core: &CoreStorage, work: &Notify, seen: u64, wait: Duration) -> bool {
+    let wanted = core.writer_wanted.generation();
+    let work_came = async { idle(core, work, seen, wait).await };
+    let slot_wanted = async {
+        core.writer_wanted.changed_since(wanted).await;
+        false
+    };
+    futures_lite::future::or(work_came, slot_wanted).await
+}
+
+/// Waits `wait` (of the core's clock) before retrying an operation that failed for want of
+/// space or descriptors, or less if the state of the log directory changes meanwhile.
+async fn backoff(core: &CoreStorage, wait: Duration) {
+    let seen = core.disk_state_changes().generation();
+    core.clock
+        .timeout(wait, core.disk_state_changes().changed_since(seen))
+        .await;
+}
+
+/// How long a flusher waits before retrying after running out of descriptors.
+const DESCRIPTORS_RETRY: Duration = Duration::from_millis(100);
 
 impl PartitionLog {
     async fn flusher_step(self: &Rc<Self>, w: &mut Writer) -> Step {
@@ -216,15 +254,68 @@ impl PartitionLog {
         }
         match self.flusher_work(w).await {
             Ok(step) => step,
-            Err(e) => {
-                let what = e.to_string();
-                self.core.fail(&what);
-                self.stop_flusher(|| {
-                    StorageError::LogDirFailed(self.core.data_dir().to_path_buf())
-                });
-                Step::Stop
-            }
+            Err(e) => match self.transient_backoff(&e) {
+                Some(wait) => Step::Backoff(wait),
+                None => {
+                    self.core.fail(&e.to_string());
+                    self.stop_flusher(|| {
+                        StorageError::LogDirFailed(self.core.data_dir().to_path_buf())
+                    });
+                    Step::Stop
+                }
+            },
         }
+    }
+
+    /// For an error that leaves nothing half-done and may go away — out of space (the
+    /// directory turns read-only) or out of descriptors — how long to wait before retrying;
+    /// `None` for every other error, which fails the log directory.
+    fn transient_backoff(&self, e: &StorageError) -> Option<Duration> {
+        match e {
+            StorageError::NoSpace { .. } => {
+                self.core.out_of_space(&e.to_string());
+                Some(Duration::from_millis(
+                    self.core.config.disk_probe_interval_ms,
+                ))
+            }
+            StorageError::TooManyOpenFiles { .. } => {
+                tracing::warn!(dir = %self.dir.display(), "flusher retries later: {e}");
+                Some(DESCRIPTORS_RETRY)
+            }
+            _ => None,
+        }
+    }
+
+    /// Reopening a hibernated writer failed: retry later when it may go away (a queued close
+    /// then gets the error instead of waiting for it), else fail the directory.
+    fn wake_failed(&self, e: StorageError) -> Step {
+        let Some(wait) = self.transient_backoff(&e) else {
+            self.core.fail(&e.to_string());
+            self.stop_flusher(|| StorageError::LogDirFailed(self.core.data_dir().to_path_buf()));
+            return Step::Stop;
+        };
+        let closing = {
+            let st = self.state.borrow();
+            st.commands
+                .iter()
+                .any(|c| matches!(c.kind, CommandKind::Close))
+        };
+        // The process or system is out of descriptors: a close answers that at once. The
+        // core's own budget frees up as idle writers close, so that is waited for.
+        let os_limit = matches!(
+            &e,
+            StorageError::TooManyOpenFiles { source, .. } if source.raw_os_error().is_some()
+        );
+        if closing && os_limit {
+            let message = e.to_string();
+            self.stop_flusher(|| StorageError::TooManyOpenFiles {
+                op: "reopen to close",
+                path: self.dir.clone(),
+                source: std::io::Error::other(message.clone()),
+            });
+            return Step::Stop;
+        }
+        Step::Backoff(wait)
     }
 
     fn stop_flusher(&self, err: impl Fn() -> StorageError) {
@@ -240,6 +331,11 @@ impl PartitionLog {
 
     async fn flusher_work(self: &Rc<Self>, w: &mut Writer) -> Result<Step, StorageError> {
         let now = self.core.clock.now();
+        // A read-only directory may never take the pending batches: commands (close) do not
+        // wait for them.
+        if self.core.is_read_only() && !self.state.borrow().commands.is_empty() {
+            return self.run_queued_command(w).await;
+        }
         if self.writer_segment_done(w) {
             self.roll_writer(w).await?;
             return Ok(Step::Worked);
@@ -266,31 +362,43 @@ impl PartitionLog {
             }
             return Ok(Step::Worked);
         }
-        let command = self.state.borrow_mut().commands.pop_front();
-        if let Some(c) = command {
-            let stop = matches!(c.kind, CommandKind::Close);
-            let result = match c.kind {
-                CommandKind::Close => self.close_writer(w).await,
-                CommandKind::Truncate(offset) => self.truncate_writer(w, offset).await,
-            };
-            let failed = result
-                .as_ref()
-                .err()
-                .map(|e| matches!(e, StorageError::Io { .. }));
-            *c.reply.borrow_mut() = Some(result);
-            self.progress.notify_all();
-            if failed == Some(true) {
-                return Err(StorageError::LogDirFailed(
-                    self.core.data_dir().to_path_buf(),
-                ));
-            }
-            if stop {
-                self.stop_flusher(|| StorageError::Closed);
-                return Ok(Step::Stop);
-            }
-            return Ok(Step::Worked);
+        if !self.state.borrow().commands.is_empty() {
+            return self.run_queued_command(w).await;
         }
         Ok(Step::Idle(self.next_deadline(w, now)))
+    }
+
+    /// Runs the first queued command and replies to it. A transient failure (out of space or
+    /// descriptors) is the command's answer only; any other fails the log directory.
+    async fn run_queued_command(self: &Rc<Self>, w: &mut Writer) -> Result<Step, StorageError> {
+        let Some(c) = self.state.borrow_mut().commands.pop_front() else {
+            return Ok(Step::Worked);
+        };
+        let stop = matches!(c.kind, CommandKind::Close);
+        let result = match c.kind {
+            CommandKind::Close => self.close_writer(w).await,
+            CommandKind::Truncate(offset) => self.truncate_writer(w, offset).await,
+        };
+        let fatal = match &result {
+            Err(e @ StorageError::NoSpace { .. }) => {
+                self.core.out_of_space(&e.to_string());
+                false
+            }
+            Err(e) => matches!(e, StorageError::Io { .. }),
+            Ok(()) => false,
+        };
+        *c.reply.borrow_mut() = Some(result);
+        self.progress.notify_all();
+        if fatal {
+            return Err(StorageError::LogDirFailed(
+                self.core.data_dir().to_path_buf(),
+            ));
+        }
+        if stop {
+            self.stop_flusher(|| StorageError::Closed);
+            return Ok(Step::Stop);
+        }
+        Ok(Step::Worked)
     }
 
     /// The periodic fdatasync and recovery checkpoint (several syncs of the log, index and

@@ -31,18 +31,26 @@ use std::rc::Rc;
 use borges_runtime::fs::{BufferedFile, DirectFile, Disk};
 use borges_runtime::time::Instant;
 
-use crate::core::CoreStorage;
+use crate::config::WRITER_DESCRIPTORS;
+use crate::core::{CoreStorage, Descriptors, Share};
 use crate::index::{OFFSET_ENTRY_SIZE_BYTES, TIME_ENTRY_SIZE_BYTES};
 use crate::segment::{segment_path, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::StorageError;
 
 pub(crate) use flusher::spawn_flusher;
 
+/// The storage error for a failed file operation: out of descriptors (`EMFILE`, `ENFILE`) is
+/// transient, out of space (`ENOSPC`, `EDQUOT`) makes the directory read-only, except from an
+/// fdatasync or fsync, which like every other error takes the directory offline (after a failed
+/// sync the kernel may have dropped the data, so nothing is retried as if it had succeeded).
 pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> StorageError {
-    StorageError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
+    let path = path.to_path_buf();
+    match source.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => StorageError::TooManyOpenFiles { op, path, source },
+        Some(libc::ENOSPC | libc::EDQUOT) if !op.contains("sync") => {
+            StorageError::NoSpace { op, path, source }
+        }
+        _ => StorageError::Io { op, path, source },
     }
 }
 
@@ -72,6 +80,8 @@ pub(crate) struct Writer {
     pub persisted_times: usize,
     pub last_sync: Instant,
     pub last_checkpoint: Instant,
+    /// The three descriptors, counted against the core's budget while open.
+    _descriptors: Descriptors,
 }
 
 /// The parts of a [`Writer`] that writing batches uses: disjoint from [`IndexParts`], so a
@@ -116,6 +126,7 @@ impl Writer {
             persisted_times,
             last_sync,
             last_checkpoint,
+            _descriptors: _,
         } = self;
         (
             WriteParts {
@@ -153,6 +164,44 @@ impl Writer {
         persisted_times: usize,
     ) -> Result<Writer, StorageError> {
         let log_path = segment_path(dir, base, LOG_SUFFIX);
+        let descriptors = core.descriptors(Share::Writers, WRITER_DESCRIPTORS, &log_path)?;
+        Writer::open_counted(
+            core,
+            dir,
+            (base, end_position),
+            (persisted_offsets, persisted_times),
+            descriptors,
+        )
+        .await
+    }
+
+    /// [`Writer::open`] of the writer that is to replace this one (roll, truncation): its
+    /// descriptors are borrowed from the transient share while both are open and the new
+    /// writer then takes over this one's place in the writers' share, so that a core whose
+    /// writers' share is full can still roll.
+    pub async fn open_replacement(
+        &mut self,
+        core: &CoreStorage,
+        dir: &Path,
+        (base, end_position): (i64, u64),
+        persisted: (usize, usize),
+    ) -> Result<Writer, StorageError> {
+        let log_path = segment_path(dir, base, LOG_SUFFIX);
+        let descriptors = core.descriptors(Share::Transient, WRITER_DESCRIPTORS, &log_path)?;
+        let mut next =
+            Writer::open_counted(core, dir, (base, end_position), persisted, descriptors).await?;
+        std::mem::swap(&mut next._descriptors, &mut self._descriptors);
+        Ok(next)
+    }
+
+    async fn open_counted(
+        core: &CoreStorage,
+        dir: &Path,
+        (base, end_position): (i64, u64),
+        (persisted_offsets, persisted_times): (usize, usize),
+        descriptors: Descriptors,
+    ) -> Result<Writer, StorageError> {
+        let log_path = segment_path(dir, base, LOG_SUFFIX);
         let file = core
             .disk
             .open_direct_write(&log_path, true)
@@ -168,24 +217,7 @@ impl Writer {
                 .map_err(|e| io_error("truncate", &log_path, e))?;
         }
         let align = file.alignment();
-        let tail_start = align_down(end_position, align);
-        let tail = if tail_start < end_position {
-            let len = (end_position - tail_start) as usize;
-            let got = file
-                .read_at(tail_start, len)
-                .await
-                .map_err(|e| io_error("read", &log_path, e))?;
-            if got.len() != len {
-                return Err(io_error(
-                    "read",
-                    &log_path,
-                    io::Error::new(io::ErrorKind::UnexpectedEof, "short read of the last block"),
-                ));
-            }
-            got.to_vec()
-        } else {
-            Vec::new()
-        };
+        let tail = read_tail(&file, end_position, &log_path).await?;
         let index_file = open_index(
             &core.disk,
             dir,
@@ -217,6 +249,7 @@ impl Writer {
             persisted_times,
             last_sync: now,
             last_checkpoint: now,
+            _descriptors: descriptors,
         })
     }
 
@@ -243,6 +276,32 @@ impl Writer {
             Err(_) => Ok(()),
         }
     }
+}
+
+/// The bytes of the partial last block before `end_position`,
+/// `[align_down(end_position), end_position)`.
+async fn read_tail(
+    file: &DirectFile,
+    end_position: u64,
+    log_path: &Path,
+) -> Result<Vec<u8>, StorageError> {
+    let tail_start = align_down(end_position, file.alignment());
+    if tail_start == end_position {
+        return Ok(Vec::new());
+    }
+    let len = (end_position - tail_start) as usize;
+    let got = file
+        .read_at(tail_start, len)
+        .await
+        .map_err(|e| io_error("read", log_path, e))?;
+    if got.len() != len {
+        return Err(io_error(
+            "read",
+            log_path,
+            io::Error::new(io::ErrorKind::UnexpectedEof, "short read of the last block"),
+        ));
+    }
+    Ok(got.to_vec())
 }
 
 async fn open_index(

@@ -7,21 +7,23 @@
 //! to the next segment and write a checkpoint. A clean close trims and syncs the active
 //! segment, writes a checkpoint at the log end and then the clean-shutdown marker.
 
-use super::{io_error, Writer};
+use super::Writer;
 use crate::checkpoint::CLEAN_SHUTDOWN_FILE;
 use crate::log::{PartitionLog, Point};
 use crate::StorageError;
 
 impl PartitionLog {
-    /// Finalizes the writer's (closed, fully written) segment and opens the next one.
+    /// Finalizes the writer's (closed, fully written) segment and opens the next one. Until
+    /// the flusher has moved to the next segment nothing in memory changes, so a roll that
+    /// failed for want of space or descriptors is simply run again.
     pub(super) async fn roll_writer(&self, w: &mut Writer) -> Result<(), StorageError> {
         let base = w.segment_base;
         let (mut index, next_base) = {
-            let mut st = self.state.borrow_mut();
-            let seg = st.segments.get_mut(&base).expect("writer segment exists");
+            let st = self.state.borrow();
+            let seg = &st.segments[&base];
             let index = seg
                 .live
-                .take()
+                .clone()
                 .expect("unfinalized segment has a live index");
             let next_base = st
                 .segments
@@ -37,13 +39,15 @@ impl PartitionLog {
         w.persist_index(&index, index.offsets.len(), index.times.len())
             .await?;
         let dir = self.dir.clone();
-        let next = Writer::open(&self.core, &dir, next_base, 0, 0, 0).await?;
-        self.core
-            .disk
-            .sync_dir(&dir)
-            .await
-            .map_err(|e| io_error("fsync directory", &dir, e))?;
+        let next = w
+            .open_replacement(&self.core, &dir, (next_base, 0), (0, 0))
+            .await?;
+        self.core.sync_dir(&dir).await?;
         let old = std::mem::replace(w, next);
+        if let Some(seg) = self.state.borrow_mut().segments.get_mut(&base) {
+            // Finalized: readers load the complete index files from now on.
+            seg.live = None;
+        }
         old.close().await?;
         self.mark_synced(Point {
             offset: next_base,
@@ -72,9 +76,7 @@ impl PartitionLog {
         self.checkpoint(w).await?;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         self.core
-            .disk
-            .replace_file(&marker, Vec::new(), true)
+            .replace_file("write marker", &marker, Vec::new(), true)
             .await
-            .map_err(|e| io_error("write marker", &marker, e))
     }
 }

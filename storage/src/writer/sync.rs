@@ -164,17 +164,13 @@ impl PartitionLog {
         .await?;
         let path = self.dir.join(RECOVERY_CHECKPOINT_FILE);
         self.core
-            .disk
-            .replace_file(&path, cp.encode(), false)
-            .await
-            .map_err(|e| io_error("write checkpoint", &path, e))?;
+            .replace_file("write checkpoint", &path, cp.encode(), false)
+            .await?;
         if let Some(bytes) = epochs {
             let path = self.dir.join(LEADER_EPOCH_FILE);
             self.core
-                .disk
-                .replace_file(&path, bytes, false)
-                .await
-                .map_err(|e| io_error("write epochs", &path, e))?;
+                .replace_file("write epochs", &path, bytes, false)
+                .await?;
         }
         *w.last_checkpoint = self.core.clock.now();
         self.state.borrow_mut().last_checkpoint = Some(cp);

@@ -88,6 +88,7 @@ pub fn storage_config() -> StorageConfig {
         write_size_bytes_max: 64 * 1024,
         recovery_checkpoint_interval_ms: 1000,
         recovery_checkpoints_per_s_max: 100,
+        ..StorageConfig::default()
     }
 }
 
