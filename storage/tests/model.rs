@@ -1,17 +1,27 @@
 //! Model-based property test: random appends, flushes, syncs, reads, retention, truncation,
 //! clean restarts and crashes (unflushed data abandoned) against an in-memory model.
-//! Checked: offsets stay contiguous, reads return exactly the appended bytes (whole batches,
-//! greedy up to max_bytes, at least one), nothing flushed is lost by a crash.
+//!
+//! The model keeps its own segment layout (a segment rolls when the next batch would take it
+//! past `segment_size_bytes`) and computes retention itself (`retention.bytes`: oldest closed
+//! segments go while the log without them is still at least that large), so a log start that
+//! retention got wrong is a failure, not something the model adopts. Checked: offsets stay
+//! contiguous, reads return exactly the appended bytes (whole batches, greedy up to max_bytes,
+//! at least one), retention moves the log start exactly where the model says, the segment files
+//! on disk are the model's, nothing flushed is lost by a crash. Failing cases are kept in
+//! `model.proptest-regressions` and replayed first.
 
 mod common;
 
 use std::path::Path;
 use std::rc::Rc;
 
-use borges_protocol::batch;
 use borges_storage::{CoreStorage, Durability, LogConfig, PartitionLog, ReadBound, StorageConfig};
 use common::*;
 use proptest::prelude::*;
+
+const SEGMENT_SIZE_BYTES: u64 = 8 * 1024;
+const RETENTION_BYTES: u64 = 16 * 1024;
+const EPOCH: i32 = 5;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -31,7 +41,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Flush),
         1 => Just(Op::Sync),
         4 => (any::<u16>(), 1u32..30_000).prop_map(|(at, max_bytes)| Op::Read { at, max_bytes }),
-        1 => Just(Op::Tick),
+        2 => Just(Op::Tick),
         1 => Just(Op::Restart),
         1 => Just(Op::Crash),
         1 => any::<u16>().prop_map(|at| Op::Truncate { at }),
@@ -44,34 +54,110 @@ struct ModelBatch {
     bytes: Vec<u8>,
 }
 
+/// The log as it should be: its batches and the base offsets of its segments.
 #[derive(Default)]
 struct Model {
     batches: Vec<ModelBatch>,
+    /// Base offsets of the segments, oldest first; the last is the active one.
+    segments: Vec<i64>,
     log_start: i64,
     end: i64,
     flushed: i64,
+    retention: bool,
 }
 
 impl Model {
-    fn drop_before(&mut self, start: i64) {
-        assert!(
-            start == self.end || self.batches.iter().any(|b| b.base == start),
-            "log start {start} is a batch boundary"
-        );
-        self.batches.retain(|b| b.base >= start);
-        self.log_start = start;
+    fn new(retention: bool) -> Model {
+        Model {
+            segments: vec![0],
+            retention,
+            ..Model::default()
+        }
+    }
+
+    /// Bytes of the segment starting at `base`.
+    fn segment_size(&self, i: usize) -> u64 {
+        let base = self.segments[i];
+        let next = self.segments.get(i + 1).copied().unwrap_or(i64::MAX);
+        self.batches
+            .iter()
+            .filter(|b| b.base >= base && b.base < next)
+            .map(|b| b.bytes.len() as u64)
+            .sum()
+    }
+
+    /// A batch at the log end, rolling first when it would not fit the active segment.
+    fn push(&mut self, base: i64, last: i64, bytes: Vec<u8>) {
+        let active = self.segment_size(self.segments.len() - 1);
+        if active > 0 && active + bytes.len() as u64 > SEGMENT_SIZE_BYTES {
+            self.segments.push(base);
+        }
+        self.batches.push(ModelBatch { base, last, bytes });
+        self.end = last + 1;
+    }
+
+    /// Retention by size: the oldest closed segments go while the log without them keeps at
+    /// least `RETENTION_BYTES`. Returns the new log start.
+    fn apply_retention(&mut self) -> i64 {
+        if !self.retention {
+            return self.log_start;
+        }
+        let mut total: u64 = (0..self.segments.len()).map(|i| self.segment_size(i)).sum();
+        while self.segments.len() > 1 {
+            let oldest = self.segment_size(0);
+            if total - oldest < RETENTION_BYTES {
+                break;
+            }
+            total -= oldest;
+            self.segments.remove(0);
+        }
+        self.log_start = self.segments[0];
+        self.batches.retain(|b| b.base >= self.segments[0]);
+        self.log_start
     }
 
     fn truncate(&mut self, offset: i64) {
+        if offset >= self.end {
+            return;
+        }
         if offset <= self.log_start {
             self.batches.clear();
+            self.segments = vec![offset];
             self.log_start = offset;
             self.end = offset;
-        } else if let Some(i) = self.batches.iter().position(|b| b.last >= offset) {
+        } else {
+            let i = self
+                .batches
+                .iter()
+                .position(|b| b.last >= offset)
+                .expect("offset below the end is in a batch");
             self.end = self.batches[i].base;
             self.batches.truncate(i);
+            let end = self.end;
+            // The segment holding the cut becomes the active one.
+            let keep = self.segments.iter().filter(|&&s| s <= end).count();
+            self.segments.truncate(keep);
         }
         self.flushed = self.flushed.min(self.end);
+    }
+
+    /// After a crash the log ends at `end` (a batch boundary): later batches are gone, and
+    /// whether an empty segment file at `end` was created before the crash is the one thing the
+    /// model cannot know, so it takes that from `on_disk`.
+    fn crashed_to(&mut self, end: i64, on_disk: &[i64]) {
+        assert!(
+            end == self.log_start || self.batches.iter().any(|b| b.last + 1 == end),
+            "recovered end {end} is a batch boundary"
+        );
+        self.batches.retain(|b| b.last < end);
+        self.end = end;
+        self.flushed = end;
+        let mut kept: Vec<i64> = self.segments.iter().copied().filter(|&s| s < end).collect();
+        if kept.is_empty() || on_disk.last() == Some(&end) {
+            kept.push(end);
+        }
+        assert_eq!(on_disk, &kept[..], "segment files after recovery");
+        self.segments = kept;
     }
 
     /// Greedy whole batches from the one holding `offset`, at least one.
@@ -87,13 +173,30 @@ impl Model {
     }
 }
 
+/// Base offsets of the segment files in `dir`, sorted.
+fn segment_files(dir: &Path) -> Vec<i64> {
+    let mut bases: Vec<i64> = std::fs::read_dir(dir)
+        .expect("list partition")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    bases.sort_unstable();
+    bases
+}
+
 fn configs(durability: Durability, retention: bool) -> (LogConfig, StorageConfig) {
     let log = LogConfig {
-        segment_size_bytes: 8 * 1024,
+        segment_size_bytes: SEGMENT_SIZE_BYTES,
         index_interval_bytes: 256,
         durability,
         retention_ms: -1,
-        retention_bytes: if retention { 24 * 1024 } else { -1 },
+        retention_bytes: if retention {
+            RETENTION_BYTES as i64
+        } else {
+            -1
+        },
         ..LogConfig::default()
     };
     let storage = StorageConfig {
@@ -108,142 +211,187 @@ fn configs(durability: Durability, retention: bool) -> (LogConfig, StorageConfig
     (log, storage)
 }
 
-async fn reopen(core: &Rc<CoreStorage>, dir: &Path, config: &LogConfig) -> Rc<PartitionLog> {
-    open(core, dir, config.clone()).await
+/// One case: the log, the model, and where they live.
+struct Case {
+    core: Rc<CoreStorage>,
+    dir: std::path::PathBuf,
+    config: LogConfig,
+    log: Rc<PartitionLog>,
+    model: Model,
 }
 
-async fn apply(
-    log: &mut Rc<PartitionLog>,
-    model: &mut Model,
-    core: &Rc<CoreStorage>,
-    dir: &Path,
-    config: &LogConfig,
-    op: &Op,
-) {
-    match op {
-        Op::Append(specs) => {
-            let mut batches = Vec::new();
-            let mut next = model.end;
-            for &(records, pad) in specs {
-                let b = batch(next as u64, records, 1_000 + next, pad);
-                let mut stamped = b.clone();
-                batch::set_base_offset(&mut stamped, next);
-                batch::set_partition_leader_epoch(&mut stamped, 5);
-                model.batches.push(ModelBatch {
-                    base: next,
-                    last: next + i64::from(records) - 1,
-                    bytes: stamped.to_vec(),
-                });
-                next += i64::from(records);
-                batches.push(b);
+impl Case {
+    async fn reopen(&mut self) {
+        self.log = open(&self.core, &self.dir, self.config.clone()).await;
+    }
+
+    async fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Append(specs) => self.append(specs),
+            Op::Flush => {
+                self.log.flush().await.expect("flush");
+                self.model.flushed = self.model.end;
             }
-            let info = log.append(batches, 5).expect("append");
-            assert_eq!(info.base_offset, model.end);
-            assert_eq!(info.last_offset, next - 1);
-            model.end = next;
-        }
-        Op::Flush => {
-            log.flush().await.expect("flush");
-            model.flushed = model.end;
-        }
-        Op::Sync => {
-            log.sync().await.expect("sync");
-            model.flushed = model.end;
-            assert_eq!(log.offsets().high_watermark, model.end);
-        }
-        Op::Read { at, max_bytes } => {
-            if model.end == model.log_start {
-                return;
+            Op::Sync => {
+                self.log.sync().await.expect("sync");
+                self.model.flushed = self.model.end;
+                assert_eq!(self.log.offsets().high_watermark, self.model.end);
             }
-            let span = model.end - model.log_start;
-            let offset = model.log_start + i64::from(*at) % span;
-            let (bytes, offsets) = log
-                .read_bytes(offset, u64::from(*max_bytes), ReadBound::LogEnd)
-                .await
-                .expect("read");
-            assert_eq!(offsets.log_end_offset, model.end);
-            assert!(
-                bytes[..] == model.expected_read(offset, u64::from(*max_bytes))[..],
-                "read at {offset} max {max_bytes}"
-            );
+            Op::Read { at, max_bytes } => self.read(*at, *max_bytes).await,
+            Op::Tick => self.tick().await,
+            Op::Restart => self.restart().await,
+            Op::Crash => self.crash().await,
+            Op::Truncate { at } => {
+                let m = &self.model;
+                let offset = m.log_start + i64::from(*at) % (m.end - m.log_start + 1);
+                self.log.truncate_to(offset).await.expect("truncate");
+                self.model.truncate(offset);
+                assert_eq!(self.log.offsets().log_end_offset, self.model.end);
+            }
         }
-        Op::Tick => {
-            log.flush().await.expect("flush");
-            model.flushed = model.end;
-            log.tick(borges_runtime::time::now_ms())
-                .await
-                .expect("tick");
-            let start = log.offsets().log_start_offset;
-            model.drop_before(start);
+    }
+
+    fn append(&mut self, specs: &[(u32, usize)]) {
+        let mut batches = Vec::new();
+        let mut next = self.model.end;
+        for &(records, pad) in specs {
+            let b = batch(next as u64, records, 1_000 + next, pad);
+            let last = next + i64::from(records) - 1;
+            self.model.push(next, last, stamped(&b, next, EPOCH));
+            next = last + 1;
+            batches.push(b);
         }
-        Op::Restart => {
-            log.close().await.expect("close");
-            *log = reopen(core, dir, config).await;
-            model.flushed = model.end;
-            let o = log.offsets();
-            assert_eq!(
-                (o.log_start_offset, o.log_end_offset, o.high_watermark),
-                (model.log_start, model.end, model.end)
-            );
+        let info = self.log.append(batches, EPOCH).expect("append");
+        assert_eq!((info.last_offset, self.model.end), (next - 1, next));
+        assert_eq!(self.log.segment_count(), self.model.segments.len(), "rolls");
+    }
+
+    async fn read(&self, at: u16, max_bytes: u32) {
+        let m = &self.model;
+        if m.end == m.log_start {
+            return;
         }
-        Op::Crash => {
-            log.crash_for_tests().await;
-            *log = reopen(core, dir, config).await;
-            let o = log.offsets();
-            assert!(
-                o.log_end_offset >= model.flushed,
-                "flushed offsets survive: {} < {}",
-                o.log_end_offset,
-                model.flushed
-            );
-            assert!(o.log_end_offset <= model.end);
-            model.truncate(o.log_end_offset);
-            model.end = o.log_end_offset;
-            model.flushed = model.end;
-            assert_eq!(o.log_start_offset, model.log_start);
-        }
-        Op::Truncate { at } => {
-            let span = model.end - model.log_start + 1;
-            let offset = model.log_start + i64::from(*at) % span;
-            log.truncate_to(offset).await.expect("truncate");
-            model.truncate(offset);
-            assert_eq!(log.offsets().log_end_offset, model.end);
-        }
+        let offset = m.log_start + i64::from(at) % (m.end - m.log_start);
+        let (bytes, offsets) = self
+            .log
+            .read_bytes(offset, u64::from(max_bytes), ReadBound::LogEnd)
+            .await
+            .expect("read");
+        assert_eq!(offsets.log_end_offset, m.end);
+        assert!(
+            bytes[..] == m.expected_read(offset, u64::from(max_bytes))[..],
+            "read at {offset} max {max_bytes}"
+        );
+    }
+
+    /// Retention after a sync (so the high watermark is the log end and every closed
+    /// segment is finalized): the log start must be where the model puts it.
+    async fn tick(&mut self) {
+        self.log.sync().await.expect("sync");
+        self.model.flushed = self.model.end;
+        let outcome = self
+            .log
+            .tick(borges_runtime::time::now_ms())
+            .await
+            .expect("tick");
+        let before = self.model.segments.len();
+        let want = self.model.apply_retention();
+        assert_eq!(
+            self.log.offsets().log_start_offset,
+            want,
+            "log start after retention"
+        );
+        assert_eq!(outcome.segments_deleted, before - self.model.segments.len());
+        assert_eq!(
+            segment_files(&self.dir),
+            self.model.segments,
+            "segment files"
+        );
+    }
+
+    async fn restart(&mut self) {
+        self.log.close().await.expect("close");
+        self.reopen().await;
+        self.model.flushed = self.model.end;
+        let o = self.log.offsets();
+        let m = &self.model;
+        assert_eq!(
+            (o.log_start_offset, o.log_end_offset, o.high_watermark),
+            (m.log_start, m.end, m.end)
+        );
+        assert_eq!(segment_files(&self.dir), m.segments, "segment files");
+    }
+
+    async fn crash(&mut self) {
+        self.log.crash_for_tests().await;
+        self.reopen().await;
+        let o = self.log.offsets();
+        assert!(
+            o.log_end_offset >= self.model.flushed,
+            "flushed offsets survive: {} < {}",
+            o.log_end_offset,
+            self.model.flushed
+        );
+        assert!(o.log_end_offset <= self.model.end);
+        assert_eq!(o.log_start_offset, self.model.log_start);
+        self.model
+            .crashed_to(o.log_end_offset, &segment_files(&self.dir));
+    }
+
+    /// A clean restart, then every byte of the log must be the model's.
+    async fn final_check(mut self) {
+        self.log.close().await.expect("close");
+        self.reopen().await;
+        let all = read_all(&self.log, self.model.log_start, ReadBound::HighWatermark).await;
+        let got: Vec<u8> = all.iter().flat_map(|b| b.as_bytes().to_vec()).collect();
+        let want: Vec<u8> = self
+            .model
+            .batches
+            .iter()
+            .flat_map(|b| b.bytes.clone())
+            .collect();
+        assert!(got == want, "full log differs from the model");
+        self.log.verify().await.expect("verify");
+        self.log.close().await.expect("close");
     }
 }
 
+/// Cases per run; `PROPTEST_CASES` overrides it (a longer soak).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn log_matches_model(
-        ops in prop::collection::vec(op(), 1..40),
+        ops in prop::collection::vec(op(), 1..50),
         durability in prop_oneof![Just(Durability::Fsync), Just(Durability::Interval), Just(Durability::None)],
         retention in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
-        let path = root.join("m-0");
         run(move || async move {
-            let dir = &root;
-            let (log_cfg, st_cfg) = configs(durability, retention);
-            let core = core(dir, st_cfg).await;
-            let mut log = reopen(&core, &path, &log_cfg).await;
-            let mut model = Model::default();
+            let (config, st_cfg) = configs(durability, retention);
+            let core = core(&root, st_cfg).await;
+            let dir = root.join("m-0");
+            let log = open(&core, &dir, config.clone()).await;
+            let mut case = Case { core, dir, config, log, model: Model::new(retention) };
             for op in &ops {
                 tracing::trace!(?op, "model op");
-                apply(&mut log, &mut model, &core, &path, &log_cfg, op).await;
+                case.apply(op).await;
             }
-            tracing::trace!("model final check");
-            // Final full check after a clean restart.
-            log.close().await.expect("close");
-            let log = reopen(&core, &path, &log_cfg).await;
-            let all = read_all(&log, model.log_start, ReadBound::HighWatermark).await;
-            let got: Vec<u8> = all.iter().flat_map(|b| b.as_bytes().to_vec()).collect();
-            let want: Vec<u8> = model.batches.iter().flat_map(|b| b.bytes.clone()).collect();
-            assert!(got == want, "full log differs from the model");
-            log.verify().await.expect("verify");
-            log.close().await.expect("close");
+            case.final_check().await;
         });
     }
 }
