@@ -85,7 +85,10 @@ pub enum StorageError {
     },
     /// An operation ran out of space (`ENOSPC`, `EDQUOT`): it was not done and left nothing
     /// half-done; the log directory turns read-only ([`StorageError::DiskFull`]).
-    #[error("{op} {path}: no space left ({source}); the log directory is read-only until space is freed")]
+    #[error(
+        "{op} {path}: no space left ({source}); the log directory is read-only until space \
+         is freed"
+    )]
     NoSpace {
         /// What was being done.
         op: &'static str,

@@ -103,8 +103,8 @@ impl PartitionLog {
     /// Batch-aligned chunks starting at the batch that contains `offset`, up to `max_bytes`
     /// (at least one whole batch even when larger, so consumers always progress), stopping at
     /// `bound`, or earlier when the core's read descriptors (`open_files_max`, held by reads
-    /// not yet sent) run out; with none for even the first chunk, `TooManyOpenFiles`. offset == bound end → empty read. offset < log start or > log end →
-    /// OffsetOutOfRange.
+    /// not yet sent) run out; with none for even the first chunk, `TooManyOpenFiles`.
+    /// offset == bound end → empty read. offset < log start or > log end → OffsetOutOfRange.
     pub async fn read(
         &self,
         offset: i64,

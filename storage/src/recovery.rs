@@ -287,52 +287,58 @@ struct Rescanned {
     persisted: (usize, usize),
 }
 
-/// Rescans segment `base` from its restart point. `trusted` = (checkpoint) when the recovery
-/// point lies in this segment: its index entries are kept and damage before its position is
-/// corruption, not a torn tail.
-async fn rescan(
+/// The index entries of segment `base` that the checkpoint `cp` vouches for (rebuilt from
+/// scratch when the files hold fewer), and how many of each are on disk.
+async fn trusted_index(
     core: &CoreStorage,
-    dir: &Path,
+    path: &Path,
     base: i64,
-    trusted: Option<&RecoveryCheckpoint>,
-    config: &LogConfig,
-    epochs: &mut LeaderEpochCache,
-) -> Result<Rescanned, StorageError> {
-    let path = segment_path(dir, base, LOG_SUFFIX);
-    let size = file_size(&path)?;
-    let mut trusted_end = 0;
-    let mut persisted = (0, 0);
-    let mut index = SegmentIndex::new();
-    if let Some(cp) = trusted {
-        trusted_end = cp.position;
-        let (o, t) = (cp.index_entries as usize, cp.time_index_entries as usize);
-        match read_index_files(core, dir, base, size).await? {
-            Some(mut idx) if idx.offsets.len() >= o && idx.times.len() >= t => {
-                idx.truncate_entries(base, o, t);
-                index = idx;
-                persisted = (o, t);
-            }
-            _ => {
-                tracing::warn!(file = %path.display(), "index files shorter than the checkpoint says; rebuilding them")
-            }
+    size: u64,
+    cp: &RecoveryCheckpoint,
+) -> Result<(SegmentIndex, (usize, usize)), StorageError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let (o, t) = (cp.index_entries as usize, cp.time_index_entries as usize);
+    let found = match read_index_files(core, dir, base, size).await? {
+        Some(mut idx) if idx.offsets.len() >= o && idx.times.len() >= t => {
+            idx.truncate_entries(base, o, t);
+            (idx, (o, t))
         }
-        if cp.position > size {
-            return Err(corrupt(
-                &path,
-                size,
-                &format!("segment ends before the recovery point {}", cp.position),
-            ));
+        _ => {
+            tracing::warn!(
+                file = %path.display(),
+                "index files shorter than the checkpoint says; rebuilding them"
+            );
+            (SegmentIndex::new(), (0, 0))
         }
+    };
+    if cp.position > size {
+        return Err(corrupt(
+            path,
+            size,
+            &format!("segment ends before the recovery point {}", cp.position),
+        ));
     }
+    Ok(found)
+}
+
+/// Scans the segment at `path` (`size` bytes) from `index`'s restart point, adding to `index`
+/// and `epochs` every valid batch.
+async fn scan_from_restart(
+    core: &CoreStorage,
+    path: &Path,
+    (base, size): (i64, u64),
+    index: &mut SegmentIndex,
+    interval: u32,
+    epochs: &mut LeaderEpochCache,
+) -> Result<crate::scan::ScanOutcome, StorageError> {
     let (start_pos, start_offset) = index.restart_point(base);
-    let _fd = core.descriptors(crate::core::Share::Transient, 1, &path)?;
+    let _fd = core.descriptors(crate::core::Share::Transient, 1, path)?;
     let file = Rc::new(
         core.disk
-            .open_direct_read(&path)
+            .open_direct_read(path)
             .await
-            .map_err(|e| io_error("open", &path, e))?,
+            .map_err(|e| io_error("open", path, e))?,
     );
-    let interval = config.index_interval_bytes;
     let mut on_batch = |pos: u64, h: &borges_protocol::batch::BatchHeader| {
         // The restart batch already has its offset entry; noting it again only redoes the
         // running maximum (bytes_since_entry restarts at 0, so no second entry is added).
@@ -346,17 +352,40 @@ async fn rescan(
         );
         epochs.assign(h.partition_leader_epoch, h.base_offset);
     };
-    let outcome = scan_segment(
+    let read_size = core.tuning.scan_read_size_bytes;
+    scan_segment(
         &file,
         size,
         start_pos,
         start_offset,
-        core.tuning.scan_read_size_bytes,
+        read_size,
         &mut on_batch,
     )
     .await
-    .map_err(|e| io_error("read", &path, e))?;
-    drop(file);
+    .map_err(|e| io_error("read", path, e))
+}
+
+/// Rescans segment `base` from its restart point. `trusted` = (checkpoint) when the recovery
+/// point lies in this segment: its index entries are kept and damage before its position is
+/// corruption, not a torn tail.
+async fn rescan(
+    core: &CoreStorage,
+    dir: &Path,
+    base: i64,
+    trusted: Option<&RecoveryCheckpoint>,
+    config: &LogConfig,
+    epochs: &mut LeaderEpochCache,
+) -> Result<Rescanned, StorageError> {
+    let path = segment_path(dir, base, LOG_SUFFIX);
+    let size = file_size(&path)?;
+    let (mut index, persisted) = match trusted {
+        Some(cp) => trusted_index(core, &path, base, size, cp).await?,
+        None => (SegmentIndex::new(), (0, 0)),
+    };
+    let trusted_end = trusted.map_or(0, |cp| cp.position);
+    let interval = config.index_interval_bytes;
+    let outcome =
+        scan_from_restart(core, &path, (base, size), &mut index, interval, epochs).await?;
     if outcome.end_position < trusted_end {
         return Err(corrupt(
             &path,

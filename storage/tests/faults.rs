@@ -243,6 +243,14 @@ async fn check_recovered(
     log.close().await.expect("close");
 }
 
+fn durability() -> impl Strategy<Value = Durability> {
+    prop_oneof![
+        Just(Durability::Fsync),
+        Just(Durability::Interval),
+        Just(Durability::None)
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 96,
@@ -255,7 +263,7 @@ proptest! {
     #[test]
     fn faults_and_power_loss_never_lose_what_was_promised(
         steps in prop::collection::vec(step(), 1..30),
-        durability in prop_oneof![Just(Durability::Fsync), Just(Durability::Interval), Just(Durability::None)],
+        durability in durability(),
         end in end(),
     ) {
         let dir = tempfile::tempdir().unwrap();

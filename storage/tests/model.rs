@@ -364,6 +364,14 @@ fn cases() -> u32 {
         .unwrap_or(256)
 }
 
+fn durability() -> impl Strategy<Value = Durability> {
+    prop_oneof![
+        Just(Durability::Fsync),
+        Just(Durability::Interval),
+        Just(Durability::None)
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
@@ -376,7 +384,7 @@ proptest! {
     #[test]
     fn log_matches_model(
         ops in prop::collection::vec(op(), 1..50),
-        durability in prop_oneof![Just(Durability::Fsync), Just(Durability::Interval), Just(Durability::None)],
+        durability in durability(),
         retention in any::<bool>(),
     ) {
         let dir = tempfile::tempdir().unwrap();

@@ -72,10 +72,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
         75,
     ),
     ("loadgen/src/runner.rs", "run_on_topics", 93),
-    ("storage/src/recovery.rs", "open_log", 74),
-    ("storage/src/recovery.rs", "rescan", 100),
-    ("storage/src/writer.rs", "run_flusher", 85),
-    ("storage/tests/model.rs", "apply", 99),
 ];
 
 /// Lines longer than [`LINE_CHARS_MAX`] per file when the check arrived (mostly long string
@@ -121,9 +117,8 @@ const LONG_LINES: &[(&str, usize)] = &[
     ("protocol/tests/message_roundtrip.rs", 28),
     ("runtime/src/executor.rs", 3),
     ("storage/src/log.rs", 1),
-    ("storage/src/recovery.rs", 5),
+    ("storage/src/recovery.rs", 4),
     ("storage/src/scan.rs", 1),
-    ("storage/tests/model.rs", 2),
     ("testkit/src/lib.rs", 1),
     ("xtask/src/codegen.rs", 1),
 ];
@@ -336,7 +331,7 @@ fn lines_are_at_most_100_characters() {
     );
 }
 
-/// Path-like words ending in an extension (`writer.rs`, `docs/operations.md`).
+/// Path-like words ending in an extension (`scan.rs`, `docs/operations.md`).
 fn file_references(text: &str) -> Vec<String> {
     let is_path_char = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/');
     text.split(|c: char| !is_path_char(c))
