@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,13 +46,20 @@ async fn a_killed_member_process_loses_its_partitions_to_the_survivor_without_lo
 
     // Throughout the test, committed offsets of the group are sampled: they must never move
     // backwards, whatever happens to its members.
+    // Samples that saw at least one committed offset: the check must have had something to
+    // check.
+    let checked = Arc::new(AtomicU32::new(0));
     let watcher = {
         let admin = Admin::new(config.clone()).await.unwrap();
+        let checked = checked.clone();
         tokio::spawn(async move {
             let mut seen: std::collections::HashMap<i32, i64> = Default::default();
             let mut samples = 0u32;
             loop {
                 if let Ok(offsets) = admin.list_group_offsets("crew").await {
+                    if !offsets.is_empty() {
+                        checked.fetch_add(1, Ordering::Relaxed);
+                    }
                     for (tp, offset) in offsets {
                         let last = seen.entry(tp.partition).or_insert(offset);
                         assert!(
@@ -161,6 +169,10 @@ async fn a_killed_member_process_loses_its_partitions_to_the_survivor_without_lo
         }
     }
     watcher.abort();
+    assert!(
+        checked.load(Ordering::Relaxed) > 0,
+        "the watcher never saw a committed offset"
+    );
 }
 
 fn all_seen(printed: &Mutex<HashSet<String>>, seen: &HashSet<String>, n: usize) -> bool {

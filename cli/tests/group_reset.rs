@@ -1,4 +1,5 @@
-//! `borges group reset-offsets --to-datetime` replays a group from a point in time.
+//! `borges group reset-offsets`: a dry run changes nothing; `--to-datetime --execute` replays a
+//! group from a point in time.
 
 use std::process::Command;
 
@@ -49,6 +50,25 @@ async fn reset_to_a_datetime_replays_from_there() {
         .alter_group_offsets("replay", &[(TopicPartition::new("events", 0), 10)])
         .await
         .unwrap();
+
+    // Without --execute (and with --dry-run) nothing is committed, whatever the target.
+    let dry_runs: [&[&str]; 3] = [
+        &["--to-earliest"],
+        &["--to-offset", "3", "--dry-run"],
+        &["--shift-by", "-4"],
+    ];
+    for target in dry_runs {
+        let mut args = vec!["group", "reset-offsets", "replay", "--topic", "events"];
+        args.extend_from_slice(target);
+        let printed = tokio::task::block_in_place(|| borges(&broker, &args));
+        let row: Vec<&str> = printed.lines().nth(2).unwrap().split_whitespace().collect();
+        assert_ne!(row[3], "10", "{target:?} computes a new offset: {printed}");
+        assert_eq!(
+            admin.list_group_offsets("replay").await.unwrap(),
+            vec![(TopicPartition::new("events", 0), 10)],
+            "a dry run ({target:?}) changed the committed offset"
+        );
+    }
 
     let reset = tokio::task::block_in_place(|| {
         borges(
