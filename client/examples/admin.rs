@@ -1,29 +1,52 @@
-//! Admin example: create a topic, describe it, alter a config, list offsets.
+//! Admin example: create a topic (each topic's result), describe it, alter a config, list
+//! offsets and groups.
 //!
 //! ```text
-//! cargo run -p borges-client --example admin -- 127.0.0.1:9292 example-topic
+//! cargo run -p borges-client --example admin -- --bootstrap 127.0.0.1:9292 --topic example-topic
 //! ```
+
+use std::process::ExitCode;
 
 use borges_client::{
     Admin, AlterConfig, ClientConfig, ErrorCode, NewTopic, OffsetSpec, TopicPartition,
 };
+use clap::Parser;
+
+/// Administers `--topic`.
+#[derive(Parser)]
+struct Args {
+    /// Broker to contact first.
+    #[arg(long, default_value = "127.0.0.1:9292")]
+    bootstrap: String,
+    /// Topic to create (4 partitions) and describe.
+    #[arg(long, default_value = "example-topic")]
+    topic: String,
+}
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let bootstrap = args.next().unwrap_or_else(|| "127.0.0.1:9292".to_string());
-    let topic = args.next().unwrap_or_else(|| "example-topic".to_string());
-    let admin = Admin::new(ClientConfig::new(&bootstrap)).await?;
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
-    match admin
-        .create_topics(vec![
-            NewTopic::new(&topic, 4).config("retention.ms", "86400000")
-        ])
-        .await
-    {
-        Ok(()) => println!("created {topic}"),
-        Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => println!("{topic} exists"),
-        Err(e) => return Err(e.into()),
+async fn run(args: Args) -> borges_client::Result<()> {
+    let topic = args.topic;
+    let admin = Admin::new(ClientConfig::new(&args.bootstrap)).await?;
+
+    let new = NewTopic::new(&topic, 4).config("retention.ms", "86400000");
+    for created in admin.create_topics_each(vec![new]).await? {
+        match created.result {
+            Ok(()) => println!("created {}", created.name),
+            Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => {
+                println!("{} exists", created.name)
+            }
+            Err(e) => return Err(e),
+        }
     }
     admin
         .alter_configs(&topic, vec![AlterConfig::set("retention.ms", "3600000")])
@@ -61,5 +84,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  {} offset {}", listed.topic_partition, listed.offset);
     }
     println!("topics: {:?}", admin.list_topics().await?);
+    for group in admin.list_groups().await? {
+        println!("group {} is {}", group.group_id, group.state);
+    }
     Ok(())
 }

@@ -1,27 +1,54 @@
-//! Consumer example: read every partition of a topic from the beginning until it is idle.
+//! Consumer example: reads every partition of a topic from the beginning until it is idle
+//! for `--idle-ms`.
 //!
 //! ```text
-//! cargo run -p borges-client --example consume -- 127.0.0.1:9292 example-topic
+//! cargo run -p borges-client --example consume -- --bootstrap 127.0.0.1:9292 --topic example-topic
 //! ```
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use borges_client::{ClientConfig, Consumer, ConsumerConfig, Offset};
+use clap::Parser;
+
+/// Prints every record of `--topic`.
+#[derive(Parser)]
+struct Args {
+    /// Broker to contact first.
+    #[arg(long, default_value = "127.0.0.1:9292")]
+    bootstrap: String,
+    /// Topic to read (it must exist).
+    #[arg(long, default_value = "example-topic")]
+    topic: String,
+    /// Stop after this long without a record.
+    #[arg(long, default_value_t = 2_000)]
+    idle_ms: u64,
+}
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let bootstrap = args.next().unwrap_or_else(|| "127.0.0.1:9292".to_string());
-    let topic = args.next().unwrap_or_else(|| "example-topic".to_string());
-    let mut consumer =
-        Consumer::new(ClientConfig::new(&bootstrap), ConsumerConfig::default()).await?;
-    let partitions = consumer.partitions_for(&topic).await?;
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> borges_client::Result<()> {
+    let mut consumer = Consumer::new(
+        ClientConfig::new(&args.bootstrap),
+        ConsumerConfig::default(),
+    )
+    .await?;
+    let partitions = consumer.partitions_for(&args.topic).await?;
     consumer.assign(partitions.clone()).await?;
     for tp in &partitions {
         consumer.seek(tp, Offset::Beginning).await?;
     }
     loop {
-        let records = consumer.poll(Duration::from_secs(2)).await?;
+        let records = consumer.poll(Duration::from_millis(args.idle_ms)).await?;
         if records.is_empty() {
             break;
         }

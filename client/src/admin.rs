@@ -12,8 +12,9 @@ use crate::config::ClientConfig;
 use crate::error::{check_code, ClientError, Result};
 use crate::group;
 use crate::types::{
-    AlterConfig, ConfigEntry, ConfigSource, GroupDescription, GroupListing, ListedOffset,
-    MemberDescription, NewTopic, OffsetSpec, TopicDescription, TopicPartition,
+    AlterConfig, ConfigEntry, ConfigSource, GroupCoordinator, GroupDescription, GroupListing,
+    GroupState, ListedOffset, MemberDescription, NewTopic, OffsetSpec, TopicDescription,
+    TopicPartition, TopicResult,
 };
 
 /// Pipelined admin requests a connection may carry.
@@ -47,8 +48,15 @@ impl Admin {
     }
 
     /// Creates topics. Fails with the first topic's error (the message names the topic);
-    /// topics before it in the list were created.
+    /// the other topics were still created. [`Admin::create_topics_each`] tells each result.
     pub async fn create_topics(&self, topics: Vec<NewTopic>) -> Result<()> {
+        first_error(self.create_topics_each(topics).await?)
+    }
+
+    /// Creates topics and returns each topic's result, in request order. The outer error is
+    /// a failure of the whole request (no broker reachable, a malformed request).
+    pub async fn create_topics_each(&self, topics: Vec<NewTopic>) -> Result<Vec<TopicResult>> {
+        let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
         let request = obj!(wire::CreateTopicsRequestT {
             topics: Some(
                 topics
@@ -78,16 +86,24 @@ impl Admin {
             .await?;
         let response = decode!(CreateTopicsResponse, frame)?;
         check_code(response.error_code, response.error_message)?;
-        for t in response.topics.unwrap_or_default() {
-            check_code(t.error_code, t.error_message).map_err(|e| name_error(e, &t.name))?;
-        }
-        Ok(())
+        let answers = response
+            .topics
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| (t.name, t.error_code, t.error_message));
+        Ok(topic_results(&names, answers))
     }
 
-    /// Deletes topics. Fails with the first topic's error.
+    /// Deletes topics. Fails with the first topic's error; the others were still deleted.
     pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
+        first_error(self.delete_topics_each(names).await?)
+    }
+
+    /// Deletes topics and returns each topic's result, in request order.
+    pub async fn delete_topics_each(&self, names: &[&str]) -> Result<Vec<TopicResult>> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let request = obj!(wire::DeleteTopicsRequestT {
-            topic_names: Some(names.iter().map(|n| n.to_string()).collect()),
+            topic_names: Some(names.clone()),
             timeout_ms: self.timeout_ms(),
         });
         let frame = self
@@ -96,10 +112,40 @@ impl Admin {
             .await?;
         let response = decode!(DeleteTopicsResponse, frame)?;
         check_code(response.error_code, response.error_message)?;
-        for t in response.topics.unwrap_or_default() {
-            check_code(t.error_code, t.error_message).map_err(|e| name_error(e, &t.name))?;
-        }
-        Ok(())
+        let answers = response
+            .topics
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| (t.name, t.error_code, t.error_message));
+        Ok(topic_results(&names, answers))
+    }
+
+    /// Grows `topic` to `total_count` partitions (CreatePartitions). Existing partitions
+    /// keep their data; keys may map to other partitions from now on.
+    pub async fn create_partitions(&self, topic: &str, total_count: i32) -> Result<()> {
+        let request = obj!(wire::CreatePartitionsRequestT {
+            topics: Some(vec![obj!(wire::CreatePartitionsTopicT {
+                name: topic.to_string(),
+                count: total_count,
+            })]),
+            timeout_ms: self.timeout_ms(),
+            validate_only: false,
+        });
+        let frame = self
+            .core
+            .call_any(
+                ApiKey::CreatePartitions,
+                codec::encode(|fbb| request.pack(fbb)),
+            )
+            .await?;
+        let response = decode!(CreatePartitionsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        let answers = response
+            .results
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| (t.name, t.error_code, t.error_message));
+        first_error(topic_results(&[topic.to_string()], answers))
     }
 
     /// Names of every topic except internal ones, sorted.
@@ -257,7 +303,7 @@ impl Admin {
             .into_iter()
             .map(|g| GroupListing {
                 group_id: g.group_id,
-                state: g.group_state.unwrap_or_default(),
+                state: GroupState::parse(g.group_state.as_deref().unwrap_or_default()),
             })
             .collect();
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -297,16 +343,24 @@ impl Admin {
                     target_assignment: group::partitions(&group::from_wire(
                         &m.target_assignment.unwrap_or_default(),
                     )),
+                    subscribed_topics: m.subscribed_topic_names.unwrap_or_default(),
                 })
                 .collect();
             out.push(GroupDescription {
                 group_id: g.group_id,
-                state: g.group_state.unwrap_or_default(),
+                state: GroupState::parse(g.group_state.as_deref().unwrap_or_default()),
                 group_epoch: g.group_epoch,
+                assignment_epoch: g.assignment_epoch,
+                assignor: g.assignor_name.unwrap_or_default(),
                 members,
             });
         }
         Ok(out)
+    }
+
+    /// The broker and core that coordinate `group_id`.
+    pub async fn group_coordinator(&self, group_id: &str) -> Result<GroupCoordinator> {
+        group::lookup_coordinator(&self.core, group_id).await
     }
 
     /// Every committed offset of `group`, sorted by topic and partition.
@@ -350,6 +404,37 @@ impl Admin {
     fn timeout_ms(&self) -> i32 {
         i32::try_from(self.core.config.request_timeout_ms).unwrap_or(i32::MAX)
     }
+}
+
+/// Each requested topic's result from the broker's per-topic answers; a topic the broker did
+/// not answer for is a protocol violation.
+fn topic_results(
+    names: &[String],
+    answers: impl Iterator<Item = (String, u16, Option<String>)>,
+) -> Vec<TopicResult> {
+    let mut answers: Vec<(String, u16, Option<String>)> = answers.collect();
+    names
+        .iter()
+        .map(|name| {
+            let result = match answers.iter().position(|(n, _, _)| n == name) {
+                Some(i) => {
+                    let (_, code, message) = answers.swap_remove(i);
+                    check_code(code, message).map_err(|e| name_error(e, name))
+                }
+                None => Err(ClientError::Protocol(format!(
+                    "the response has no result for topic {name}"
+                ))),
+            };
+            TopicResult {
+                name: name.clone(),
+                result,
+            }
+        })
+        .collect()
+}
+
+fn first_error(results: Vec<TopicResult>) -> Result<()> {
+    results.into_iter().try_for_each(|r| r.result)
 }
 
 /// Prefixes a broker error's message with the resource name when the broker did not say it.
@@ -510,6 +595,23 @@ mod tests {
         ];
         let listed = parse_list_offsets(response, &queries).unwrap();
         assert_eq!((listed[0].offset, listed[1].offset), (0, 7));
+    }
+
+    #[test]
+    fn topic_results_follow_the_request_order_and_name_the_topic() {
+        let names = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let answers = vec![
+            ("b".to_string(), ErrorCode::TopicAlreadyExists as u16, None),
+            ("a".to_string(), 0, None),
+        ];
+        let results = topic_results(&names, answers.into_iter());
+        assert_eq!(results.len(), 3);
+        assert!(results[0].result.is_ok());
+        let b = results[1].result.as_ref().unwrap_err();
+        assert_eq!(b.code(), Some(ErrorCode::TopicAlreadyExists));
+        assert!(b.to_string().contains("b:"), "{b}");
+        assert!(matches!(results[2].result, Err(ClientError::Protocol(_))));
+        assert!(first_error(results).is_err());
     }
 
     #[test]

@@ -2,7 +2,30 @@
 //! and carries its unit; [`ClientConfig::validate`], [`ProducerConfig::validate`] and
 //! [`ConsumerConfig::validate`] check them once, when the component is built.
 
+use std::time::Duration;
+
 use crate::error::{ClientError, Result};
+
+/// Whole milliseconds of `d` (saturating), for the `Duration` setters beside the `_ms` fields.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Chained setters that take a [`Duration`] for `_ms` fields: `$name(Duration)` sets
+/// `$field` in whole milliseconds.
+macro_rules! duration_setters {
+    ($type:ty { $($(#[$doc:meta])* $name:ident => $field:ident,)* }) => {
+        impl $type {
+            $(
+                $(#[$doc])*
+                pub fn $name(mut self, duration: Duration) -> Self {
+                    self.$field = millis(duration);
+                    self
+                }
+            )*
+        }
+    };
+}
 
 /// Settings shared by every component: where the cluster is and how to talk to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +117,15 @@ impl Default for ClientConfig {
         }
     }
 }
+
+duration_setters!(ClientConfig {
+    /// Sets `request_timeout_ms`.
+    request_timeout => request_timeout_ms,
+    /// Sets `connect_timeout_ms`.
+    connect_timeout => connect_timeout_ms,
+    /// Sets `metadata_max_age_ms`.
+    metadata_max_age => metadata_max_age_ms,
+});
 
 /// Splits `host:port` (IPv6 hosts in brackets: `[::1]:9292`).
 pub(crate) fn split_host_port(address: &str) -> Result<(&str, u16)> {
@@ -225,6 +257,19 @@ impl Default for ProducerConfig {
     }
 }
 
+duration_setters!(ProducerConfig {
+    /// Sets `linger_ms`.
+    linger => linger_ms,
+    /// Sets `retry_backoff_ms`.
+    retry_backoff => retry_backoff_ms,
+    /// Sets `retry_backoff_max_ms`.
+    retry_backoff_max => retry_backoff_max_ms,
+    /// Sets `delivery_timeout_ms`.
+    delivery_timeout => delivery_timeout_ms,
+    /// Sets `max_block_ms`.
+    max_block => max_block_ms,
+});
+
 impl ProducerConfig {
     /// Checks the settings and the relations between them.
     pub fn validate(&self) -> Result<()> {
@@ -285,8 +330,7 @@ pub struct ConsumerConfig {
     pub max_poll_records: usize,
     /// Limit on one batch's decompressed records (decompression bomb guard).
     pub decompressed_batch_size_bytes_max: usize,
-    /// Group mode: the consumer group to join (arrives with the consumer-group issue; set it
-    /// and `Consumer::new` reports `Unsupported`).
+    /// Group mode: the consumer group to join with `Consumer::subscribe` (and to commit to).
     pub group_id: Option<String>,
     /// Group mode: commit positions periodically.
     pub enable_auto_commit: bool,
@@ -315,7 +359,28 @@ impl Default for ConsumerConfig {
     }
 }
 
+duration_setters!(ConsumerConfig {
+    /// Sets `fetch_max_wait_ms`.
+    fetch_max_wait => fetch_max_wait_ms,
+    /// Sets `auto_commit_interval_ms`.
+    auto_commit_interval => auto_commit_interval_ms,
+    /// Sets `session_timeout_ms`.
+    session_timeout => session_timeout_ms,
+});
+
 impl ConsumerConfig {
+    /// Sets `group_id` (group mode).
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.group_id = Some(group_id.into());
+        self
+    }
+
+    /// Sets `auto_offset_reset`.
+    pub fn auto_offset_reset(mut self, reset: OffsetReset) -> Self {
+        self.auto_offset_reset = reset;
+        self
+    }
+
     /// Checks the settings.
     pub fn validate(&self) -> Result<()> {
         positive("fetch_max_bytes", u64::from(self.fetch_max_bytes))?;
@@ -362,6 +427,24 @@ mod tests {
         assert_eq!(Acks::parse("0").map(Acks::as_i16), Some(0));
         assert_eq!(Acks::parse("1").map(Acks::as_i16), Some(1));
         assert_eq!(Acks::parse("2"), None);
+    }
+
+    #[test]
+    fn duration_setters_set_the_ms_fields() {
+        let c = ClientConfig::default().request_timeout(Duration::from_secs(3));
+        assert_eq!(c.request_timeout_ms, 3_000);
+        let p = ProducerConfig::default()
+            .linger(Duration::from_micros(20_900))
+            .delivery_timeout(Duration::from_secs(7))
+            .max_block(Duration::MAX);
+        assert_eq!((p.linger_ms, p.delivery_timeout_ms), (20, 7_000));
+        assert_eq!(p.max_block_ms, u64::MAX);
+        let c = ConsumerConfig::default()
+            .session_timeout(Duration::from_secs(10))
+            .fetch_max_wait(Duration::from_millis(100))
+            .group_id("g");
+        assert_eq!((c.session_timeout_ms, c.fetch_max_wait_ms), (10_000, 100));
+        assert_eq!(c.group_id.as_deref(), Some("g"));
     }
 
     #[test]

@@ -31,9 +31,11 @@ const CONSUMER_IN_FLIGHT_REQUESTS_MAX: usize = 4;
 /// consumer reads existing topics, so an unknown topic fails after one fresh lookup plus a
 /// short grace period.
 const TOPIC_METADATA_WAIT_MS: u64 = 1_000;
+/// How long one wait of [`Consumer::stream`] lasts before it polls again.
+const STREAM_POLL_MS: u64 = 1_000;
 
-/// Callbacks for group mode (arrives with the consumer-group issue): the group coordinator
-/// assigns partitions to members; a member hears about changes through this listener.
+/// Callbacks for group mode: the group coordinator assigns partitions to members; a member
+/// hears about changes through this listener.
 pub trait RebalanceListener: Send {
     /// Partitions newly assigned to this member; called before records of them are returned.
     fn on_partitions_assigned(&mut self, partitions: &[TopicPartition]);
@@ -85,7 +87,8 @@ struct FetchDone {
     reply: Reply,
 }
 
-/// Reads records from assigned partitions. Not `Clone`; `poll` takes `&mut self`. `Send`.
+/// Reads records from assigned partitions. Not `Clone`; `poll` takes `&mut self`. `Send` and
+/// `Sync`: a consumer can be polled inside `tokio::spawn`.
 ///
 /// ```no_run
 /// # async fn example() -> borges_client::Result<()> {
@@ -115,7 +118,9 @@ pub struct Consumer {
     refresh_needed: bool,
     /// Group mode: membership, listener, last auto-commit.
     group: Option<Group>,
-    listener: Option<Box<dyn RebalanceListener>>,
+    /// Behind a mutex only so that `Consumer` is `Sync` (and `poll` futures are `Send`);
+    /// reached through `&mut self`, never locked.
+    listener: Option<std::sync::Mutex<Box<dyn RebalanceListener>>>,
     last_auto_commit: Instant,
     /// Assigned partitions that are paused (0 keeps `poll` on its fast path).
     paused_count: usize,
@@ -293,7 +298,7 @@ impl Consumer {
         topics: &[&str],
         listener: Box<dyn RebalanceListener>,
     ) -> Result<()> {
-        self.listener = Some(listener);
+        self.listener = Some(std::sync::Mutex::new(listener));
         self.subscribe(topics).await
     }
 
@@ -396,7 +401,7 @@ impl Consumer {
             result = self.commit_sync().await;
         }
         let owned: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
-        if let Some(listener) = &mut self.listener {
+        if let Some(listener) = self.listener() {
             if !owned.is_empty() {
                 listener.on_partitions_revoked(&owned);
             }
@@ -422,6 +427,14 @@ impl Consumer {
                 Some((tp.clone(), position))
             })
             .collect()
+    }
+
+    fn listener(&mut self) -> Option<&mut Box<dyn RebalanceListener>> {
+        let cell = self.listener.as_mut()?;
+        Some(match cell.get_mut() {
+            Ok(listener) => listener,
+            Err(poisoned) => poisoned.into_inner(),
+        })
     }
 
     fn group_id(&self) -> Result<String> {
@@ -519,7 +532,7 @@ impl Consumer {
                 tracing::warn!(error = %e, "commit of revoked partitions failed");
             }
         }
-        if let Some(listener) = &mut self.listener {
+        if let Some(listener) = self.listener() {
             listener.on_partitions_revoked(revoked);
         }
         for tp in revoked {
@@ -548,7 +561,7 @@ impl Consumer {
             self.partitions
                 .insert(tp.clone(), PartitionState::new(&tp.topic, position));
         }
-        if let Some(listener) = &mut self.listener {
+        if let Some(listener) = self.listener() {
             listener.on_partitions_assigned(added);
         }
         Ok(())
@@ -571,12 +584,60 @@ impl Consumer {
     /// Returns the next records (at most `max_poll_records`), waiting up to `timeout` for some
     /// to arrive; an empty vector when none did.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        let records_max = self.config.max_poll_records;
+        self.poll_up_to(timeout, records_max).await
+    }
+
+    /// The records one at a time, as a [`Stream`](futures_lite::Stream) (the trait of the
+    /// `futures` crates): each item is one record, or the error `poll` returned, after which
+    /// the stream ends. Positions advance per record taken from the stream, so commits never
+    /// cover records the stream has not yielded (dropping the stream loses nothing). The
+    /// stream borrows the consumer; drop it to commit, seek or close.
+    ///
+    /// ```no_run
+    /// # async fn example(consumer: &mut borges_client::Consumer) -> borges_client::Result<()> {
+    /// use futures_lite::StreamExt;
+    /// let mut records = consumer.stream();
+    /// while let Some(record) = records.next().await {
+    ///     let record = record?;
+    ///     println!("{}@{}", record.partition, record.offset);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn stream(
+        &mut self,
+    ) -> impl futures_lite::Stream<Item = Result<ConsumerRecord>> + Send + Unpin + '_ {
+        // Boxed once per stream, so that it is `Unpin` (`StreamExt::next` needs that).
+        Box::pin(futures_lite::stream::unfold(
+            Some(self),
+            |consumer| async move {
+                let consumer = consumer?;
+                loop {
+                    let wait = Duration::from_millis(STREAM_POLL_MS);
+                    match consumer.poll_up_to(wait, 1).await {
+                        Ok(mut records) => {
+                            if let Some(record) = records.pop() {
+                                return Some((Ok(record), Some(consumer)));
+                            }
+                        }
+                        Err(e) => return Some((Err(e), None)),
+                    }
+                }
+            },
+        ))
+    }
+
+    async fn poll_up_to(
+        &mut self,
+        timeout: Duration,
+        records_max: usize,
+    ) -> Result<Vec<ConsumerRecord>> {
         let deadline = Instant::now() + timeout;
         self.auto_commit().await;
         loop {
             self.reconcile_group().await?;
             if self.has_returnable_records() {
-                return Ok(self.take_buffered());
+                return Ok(self.take_buffered(records_max));
             }
             if let Some(error) = self.corrupt_batch_error() {
                 return Err(error);
@@ -678,8 +739,7 @@ impl Consumer {
         self.buffered.iter().any(|r| !is_paused(partitions, r))
     }
 
-    fn take_buffered(&mut self) -> Vec<ConsumerRecord> {
-        let n_max = self.config.max_poll_records;
+    fn take_buffered(&mut self, n_max: usize) -> Vec<ConsumerRecord> {
         let records: Vec<ConsumerRecord> = if self.paused_count == 0 {
             let n = self.buffered.len().min(n_max);
             self.buffered.drain(..n).collect()

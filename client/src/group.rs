@@ -21,7 +21,7 @@ use crate::client::ClientCore;
 use crate::codec::{self, decode, obj};
 use crate::error::{check_code, ClientError, Result};
 use crate::metadata::join_host_port;
-use crate::types::TopicPartition;
+use crate::types::{GroupCoordinator, TopicPartition};
 
 /// Partitions by topic.
 pub(crate) type Assignment = BTreeMap<String, BTreeSet<i32>>;
@@ -264,6 +264,12 @@ async fn heartbeat(core: &ClientCore, addr: &str, message: Vec<u8>) -> Result<He
 
 /// The `host:port` of the core that coordinates `group`.
 pub(crate) async fn find_coordinator(core: &ClientCore, group: &str) -> Result<String> {
+    let c = lookup_coordinator(core, group).await?;
+    Ok(join_host_port(&c.host, c.port))
+}
+
+/// The broker and core that coordinate `group` (FindCoordinator).
+pub(crate) async fn lookup_coordinator(core: &ClientCore, group: &str) -> Result<GroupCoordinator> {
     let request = obj!(wire::FindCoordinatorRequestT {
         key_type: wire::CoordinatorType::Group,
         keys: Some(vec![group.to_string()]),
@@ -284,7 +290,12 @@ pub(crate) async fn find_coordinator(core: &ClientCore, group: &str) -> Result<S
         .ok_or_else(|| ClientError::Protocol(format!("FindCoordinator response lacks {group}")))?;
     check_code(c.error_code, c.error_message)?;
     match c.host {
-        Some(host) if c.port != 0 => Ok(join_host_port(&host, c.port)),
+        Some(host) if c.port != 0 => Ok(GroupCoordinator {
+            node_id: c.node_id,
+            host,
+            port: c.port,
+            core_id: c.core_id,
+        }),
         _ => Err(ClientError::Broker {
             code: ErrorCode::CoordinatorNotAvailable,
             message: Some(format!("no coordinator address for group {group}")),

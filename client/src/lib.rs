@@ -49,9 +49,10 @@ pub use consumer::{Consumer, RebalanceListener};
 pub use error::{ClientError, Result};
 pub use producer::{DeliveryFuture, Producer};
 pub use types::{
-    AlterConfig, ConfigEntry, ConfigSource, ConsumerRecord, GroupDescription, GroupListing,
-    ListedOffset, MemberDescription, NewTopic, Offset, OffsetSpec, PartitionInfo, ProducerRecord,
-    RecordMetadata, TopicDescription, TopicId, TopicPartition,
+    AlterConfig, ConfigEntry, ConfigSource, ConsumerRecord, GroupCoordinator, GroupDescription,
+    GroupListing, GroupState, ListedOffset, MemberDescription, NewTopic, Offset, OffsetSpec,
+    PartitionInfo, ProducerRecord, RecordMetadata, TopicDescription, TopicId, TopicPartition,
+    TopicResult,
 };
 
 /// The wire error codes ([`ClientError::Broker`] carries one).

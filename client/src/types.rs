@@ -336,13 +336,85 @@ pub struct ListedOffset {
     pub timestamp: i64,
 }
 
+/// The state of a consumer group, as its coordinator reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GroupState {
+    /// No members (committed offsets may remain).
+    Empty,
+    /// Membership changed; the coordinator is computing a new assignment.
+    Assigning,
+    /// Members are moving to the new assignment (revoking, taking partitions).
+    Reconciling,
+    /// Every member owns its target assignment.
+    Stable,
+    /// The group does not exist (or was deleted).
+    Dead,
+    /// A state this SDK does not know, as the broker named it.
+    Other(String),
+}
+
+impl GroupState {
+    /// The state named by the wire's string (`Stable`, ...); `Other` for anything else.
+    pub fn parse(name: &str) -> GroupState {
+        match name {
+            "Empty" => GroupState::Empty,
+            "Assigning" => GroupState::Assigning,
+            "Reconciling" => GroupState::Reconciling,
+            "Stable" => GroupState::Stable,
+            "Dead" => GroupState::Dead,
+            other => GroupState::Other(other.to_string()),
+        }
+    }
+
+    /// The name as Kafka's tools print it (`Stable`).
+    pub fn as_str(&self) -> &str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::Assigning => "Assigning",
+            GroupState::Reconciling => "Reconciling",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+            GroupState::Other(name) => name,
+        }
+    }
+}
+
+impl fmt::Display for GroupState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A consumer group as `Admin::list_groups` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupListing {
     /// Group id.
     pub group_id: String,
-    /// `Empty`, `Assigning`, `Reconciling` or `Stable`.
-    pub state: String,
+    /// Its state.
+    pub state: GroupState,
+}
+
+/// The broker core that coordinates a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupCoordinator {
+    /// The coordinator broker's id.
+    pub node_id: i32,
+    /// Host of the coordinating core's own listener.
+    pub host: String,
+    /// Port of the coordinating core's own listener.
+    pub port: u16,
+    /// The core of that broker that owns the group.
+    pub core_id: u16,
+}
+
+/// What one topic's create or delete request came to, in request order.
+#[derive(Debug, Clone)]
+pub struct TopicResult {
+    /// The topic.
+    pub name: String,
+    /// `Ok`, or the broker's error for this topic (its message names the topic).
+    pub result: Result<(), crate::ClientError>,
 }
 
 /// One member of a described group.
@@ -361,6 +433,8 @@ pub struct MemberDescription {
     /// Partitions the coordinator wants the member to own (differs from `assignment` while
     /// the member reconciles).
     pub target_assignment: Vec<TopicPartition>,
+    /// The topics the member subscribed to.
+    pub subscribed_topics: Vec<String>,
 }
 
 /// A described consumer group.
@@ -368,10 +442,14 @@ pub struct MemberDescription {
 pub struct GroupDescription {
     /// Group id.
     pub group_id: String,
-    /// `Empty`, `Assigning`, `Reconciling` or `Stable`.
-    pub state: String,
+    /// Its state.
+    pub state: GroupState,
     /// Bumped by every membership or subscription change.
     pub group_epoch: i32,
+    /// The group epoch the current target assignment was computed for.
+    pub assignment_epoch: i32,
+    /// The coordinator's assignor (`uniform`).
+    pub assignor: String,
     /// Active members.
     pub members: Vec<MemberDescription>,
 }
@@ -410,5 +488,24 @@ mod tests {
         assert_eq!(r.timestamp, Some(42));
         assert_eq!(OffsetSpec::Earliest.wire_timestamp(), -2);
         assert_eq!(OffsetSpec::MaxTimestamp.wire_timestamp(), -3);
+    }
+}
+
+#[cfg(test)]
+mod group_state_tests {
+    use super::*;
+
+    #[test]
+    fn group_states_parse_and_print_their_wire_names() {
+        for name in ["Empty", "Assigning", "Reconciling", "Stable", "Dead"] {
+            let state = GroupState::parse(name);
+            assert!(!matches!(state, GroupState::Other(_)), "{name}");
+            assert_eq!(state.to_string(), name);
+        }
+        assert_eq!(
+            GroupState::parse("PreparingRebalance"),
+            GroupState::Other("PreparingRebalance".into())
+        );
+        assert_eq!(GroupState::parse("x").as_str(), "x");
     }
 }

@@ -235,3 +235,36 @@ async fn paused_partitions_return_nothing_until_resumed() {
     );
     assert!(consumer.pause(&[tp("p", 9)]).is_err());
 }
+
+/// `stream()` yields records one by one; dropping it after three leaves the position after
+/// the third, although the fetch brought all ten (nothing yielded is lost, nothing unyielded
+/// is counted as read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_yields_records_and_positions_follow_what_it_yielded() {
+    use futures_lite::StreamExt;
+    let broker = broker();
+    create_topic(&broker, "s", 1).await;
+    produce_timestamps(&broker, "s").await;
+    let mut consumer = consumer(&broker).await;
+    let p0 = tp("s", 0);
+    consumer.assign(vec![p0.clone()]).await.unwrap();
+    consumer.seek(&p0, Offset::Beginning).await.unwrap();
+    // The stream is Send: it can run in a spawned task.
+    let (consumer, offsets) = tokio::spawn(async move {
+        let offsets: Vec<i64> = consumer
+            .stream()
+            .take(3)
+            .map(|r| r.unwrap().offset)
+            .collect()
+            .await;
+        (consumer, offsets)
+    })
+    .await
+    .unwrap();
+    assert_eq!(offsets, [0, 1, 2]);
+    assert_eq!(consumer.position(&p0), Some(3));
+    let mut consumer = consumer;
+    let rest = poll_values(&mut consumer, 7).await;
+    assert_eq!(rest.first().map(|(o, _)| *o), Some(3));
+    assert_eq!(rest.len(), 7);
+}
