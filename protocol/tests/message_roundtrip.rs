@@ -150,7 +150,7 @@ gen_tables! {
     ListGroupsRequestT { states_filter },
     ListGroupsResponseT { error_code, error_message, groups },
     ListOffsetsPartitionT { partition, current_leader_epoch, timestamp },
-    ListOffsetsPartitionResponseT { partition, error_code, error_message, timestamp, offset, leader_epoch },
+    ListOffsetsPartitionResponseT { partition, error_code, error_message, timestamp, offset, leader_epoch, size_bytes },
     ListOffsetsRequestT { replica_id, isolation_level, topics },
     ListOffsetsResponseT { error_code, error_message, topics },
     ListOffsetsTopicT { name, partitions },

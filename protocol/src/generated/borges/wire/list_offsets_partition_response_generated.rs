@@ -24,6 +24,7 @@ impl<'a> ListOffsetsPartitionResponse<'a> {
   pub const VT_TIMESTAMP: ::flatbuffers::VOffsetT = 10;
   pub const VT_OFFSET: ::flatbuffers::VOffsetT = 12;
   pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 14;
+  pub const VT_SIZE_BYTES: ::flatbuffers::VOffsetT = 16;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -35,6 +36,7 @@ impl<'a> ListOffsetsPartitionResponse<'a> {
     args: &'args ListOffsetsPartitionResponseArgs<'args>
   ) -> ::flatbuffers::WIPOffset<ListOffsetsPartitionResponse<'bldr>> {
     let mut builder = ListOffsetsPartitionResponseBuilder::new(_fbb);
+    builder.add_size_bytes(args.size_bytes);
     builder.add_offset(args.offset);
     builder.add_timestamp(args.timestamp);
     builder.add_leader_epoch(args.leader_epoch);
@@ -53,6 +55,7 @@ impl<'a> ListOffsetsPartitionResponse<'a> {
     let timestamp = self.timestamp();
     let offset = self.offset();
     let leader_epoch = self.leader_epoch();
+    let size_bytes = self.size_bytes();
     ListOffsetsPartitionResponseT {
       partition,
       error_code,
@@ -60,6 +63,7 @@ impl<'a> ListOffsetsPartitionResponse<'a> {
       timestamp,
       offset,
       leader_epoch,
+      size_bytes,
     }
   }
 
@@ -106,6 +110,14 @@ impl<'a> ListOffsetsPartitionResponse<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<i32>(ListOffsetsPartitionResponse::VT_LEADER_EPOCH, Some(-1)).unwrap()}
   }
+  /// Bytes of the partition's log on this broker (all segments); -1 when unknown.
+  #[inline]
+  pub fn size_bytes(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(ListOffsetsPartitionResponse::VT_SIZE_BYTES, Some(-1)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for ListOffsetsPartitionResponse<'_> {
@@ -120,6 +132,7 @@ impl ::flatbuffers::Verifiable for ListOffsetsPartitionResponse<'_> {
      .visit_field::<i64>("timestamp", Self::VT_TIMESTAMP, false)?
      .visit_field::<i64>("offset", Self::VT_OFFSET, false)?
      .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+     .visit_field::<i64>("size_bytes", Self::VT_SIZE_BYTES, false)?
      .finish();
     Ok(())
   }
@@ -131,6 +144,7 @@ pub struct ListOffsetsPartitionResponseArgs<'a> {
     pub timestamp: i64,
     pub offset: i64,
     pub leader_epoch: i32,
+    pub size_bytes: i64,
 }
 impl<'a> Default for ListOffsetsPartitionResponseArgs<'a> {
   #[inline]
@@ -142,6 +156,7 @@ impl<'a> Default for ListOffsetsPartitionResponseArgs<'a> {
       timestamp: -1,
       offset: -1,
       leader_epoch: -1,
+      size_bytes: -1,
     }
   }
 }
@@ -176,6 +191,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ListOffsetsPartitionResponseB
     self.fbb_.push_slot::<i32>(ListOffsetsPartitionResponse::VT_LEADER_EPOCH, leader_epoch, -1);
   }
   #[inline]
+  pub fn add_size_bytes(&mut self, size_bytes: i64) {
+    self.fbb_.push_slot::<i64>(ListOffsetsPartitionResponse::VT_SIZE_BYTES, size_bytes, -1);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ListOffsetsPartitionResponseBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     ListOffsetsPartitionResponseBuilder {
@@ -199,6 +218,7 @@ impl ::core::fmt::Debug for ListOffsetsPartitionResponse<'_> {
       ds.field("timestamp", &self.timestamp());
       ds.field("offset", &self.offset());
       ds.field("leader_epoch", &self.leader_epoch());
+      ds.field("size_bytes", &self.size_bytes());
       ds.finish()
   }
 }
@@ -211,6 +231,7 @@ pub struct ListOffsetsPartitionResponseT {
   pub timestamp: i64,
   pub offset: i64,
   pub leader_epoch: i32,
+  pub size_bytes: i64,
 }
 impl Default for ListOffsetsPartitionResponseT {
   fn default() -> Self {
@@ -221,6 +242,7 @@ impl Default for ListOffsetsPartitionResponseT {
       timestamp: -1,
       offset: -1,
       leader_epoch: -1,
+      size_bytes: -1,
     }
   }
 }
@@ -237,6 +259,7 @@ impl ListOffsetsPartitionResponseT {
     let timestamp = self.timestamp;
     let offset = self.offset;
     let leader_epoch = self.leader_epoch;
+    let size_bytes = self.size_bytes;
     ListOffsetsPartitionResponse::create(_fbb, &ListOffsetsPartitionResponseArgs{
       partition,
       error_code,
@@ -244,6 +267,7 @@ impl ListOffsetsPartitionResponseT {
       timestamp,
       offset,
       leader_epoch,
+      size_bytes,
     })
   }
 }
