@@ -9,12 +9,12 @@ use borges_protocol::{wire, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::failure::Failure;
-use crate::partition::{ListOffsetsItem, MAX_TIMESTAMP};
+use crate::partition::{ListOffsetsItem, OffsetLookup, MAX_TIMESTAMP};
 use crate::shard::Shard;
 use crate::types::PartitionRef;
 use crate::wire as w;
 
-type Outcome = Result<(i64, i64), Failure>;
+type Outcome = Result<OffsetLookup, Failure>;
 
 struct Slot {
     topic: Arc<str>,
@@ -105,7 +105,10 @@ fn respond(header: &FrameHeader, failure: Option<&Failure>, slots: &mut [Slot]) 
             };
             let f = result.as_ref().err();
             let message = w::message(&mut fbb, f);
-            let (offset, timestamp) = result.as_ref().map_or((-1, -1), |v| *v);
+            let (offset, timestamp, size_bytes) = result.as_ref().map_or((-1, -1, -1), |v| {
+                let size_bytes = i64::try_from(v.size_bytes).unwrap_or(i64::MAX);
+                (v.offset, v.timestamp, size_bytes)
+            });
             parts.push(wire::ListOffsetsPartitionResponse::create(
                 &mut fbb,
                 &wire::ListOffsetsPartitionResponseArgs {
@@ -115,6 +118,7 @@ fn respond(header: &FrameHeader, failure: Option<&Failure>, slots: &mut [Slot]) 
                     timestamp,
                     offset,
                     leader_epoch: if f.is_none() { 0 } else { -1 },
+                    size_bytes,
                 },
             ));
         }

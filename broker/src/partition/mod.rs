@@ -28,7 +28,7 @@ use futures_channel::oneshot;
 
 pub use append::{AppendItem, ProduceAck};
 pub use batch::{validate, ValidatedBatch};
-pub use read::{first_of, FetchItem, FetchOutcome, ListOffsetsItem, MAX_TIMESTAMP};
+pub use read::{first_of, FetchItem, FetchOutcome, ListOffsetsItem, OffsetLookup, MAX_TIMESTAMP};
 pub use table::PartitionTable;
 
 use crate::error::BrokerError;
@@ -204,7 +204,7 @@ pub enum PartitionMessage {
         /// Partitions and timestamps.
         items: Vec<ListOffsetsItem>,
         /// One outcome per item, in order.
-        reply: oneshot::Sender<Vec<Result<(i64, i64), Failure>>>,
+        reply: oneshot::Sender<Vec<Result<OffsetLookup, Failure>>>,
     },
     /// A new metadata image: open, close or reconfigure the partitions this core owns (and
     /// load the consumer groups of its offsets partitions).

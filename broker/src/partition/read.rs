@@ -72,6 +72,17 @@ pub struct ListOffsetsItem {
     pub timestamp: i64,
 }
 
+/// What a ListOffsets lookup found in one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetLookup {
+    /// The offset; -1 when there is none.
+    pub offset: i64,
+    /// The record's timestamp; -1 when not applicable.
+    pub timestamp: i64,
+    /// Bytes of the partition's log (all segments).
+    pub size_bytes: u64,
+}
+
 impl Partition {
     /// Reads committed data (below the high watermark) from `fetch_offset`: file ranges for
     /// sendfile, or, with `copy`, bytes in memory.
@@ -171,15 +182,21 @@ impl Partition {
         Ok((bytes, offsets))
     }
 
-    /// (offset, timestamp) for a ListOffsets `timestamp`; (-1, -1) when there is none.
-    pub async fn list_offsets(&self, timestamp: i64) -> Result<(i64, i64), Failure> {
+    /// (offset, timestamp) for a ListOffsets `timestamp` ((-1, -1) when there is none), and
+    /// the log's size.
+    pub async fn list_offsets(&self, timestamp: i64) -> Result<OffsetLookup, Failure> {
         self.check_owner();
         let offsets = self.offsets();
-        Ok(match timestamp {
+        let (offset, timestamp) = match timestamp {
             EARLIEST => (offsets.log_start_offset, -1),
             LATEST => (offsets.high_watermark, -1),
             MAX_TIMESTAMP => self.log.max_timestamp().await?.unwrap_or((-1, -1)),
             ts => self.log.offset_for_timestamp(ts).await?.unwrap_or((-1, -1)),
+        };
+        Ok(OffsetLookup {
+            offset,
+            timestamp,
+            size_bytes: self.log.size_bytes(),
         })
     }
 }
@@ -275,7 +292,7 @@ impl PartitionTable {
     pub async fn list_offsets(
         &self,
         items: &[ListOffsetsItem],
-    ) -> Vec<Result<(i64, i64), Failure>> {
+    ) -> Vec<Result<OffsetLookup, Failure>> {
         let mut out = Vec::with_capacity(items.len());
         for item in items {
             out.push(match self.get(&item.partition) {

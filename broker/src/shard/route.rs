@@ -19,7 +19,8 @@ use crate::lifecycle::LifecycleMessage;
 use crate::mesh::await_reply;
 use crate::metrics::MetricsSnapshot;
 use crate::partition::{
-    first_of, AppendItem, FetchItem, FetchOutcome, ListOffsetsItem, PartitionMessage, ProduceAck,
+    first_of, AppendItem, FetchItem, FetchOutcome, ListOffsetsItem, OffsetLookup, PartitionMessage,
+    ProduceAck,
 };
 use crate::types::{Acks, PartitionRef};
 
@@ -215,7 +216,7 @@ impl Shard {
     pub async fn list_offsets(
         self: &Rc<Self>,
         items: Vec<(usize, usize, ListOffsetsItem)>,
-    ) -> Indexed<Result<(i64, i64), Failure>> {
+    ) -> Indexed<Result<OffsetLookup, Failure>> {
         let mut out = Vec::new();
         for (owner, (indexes, items)) in by_owner(items) {
             let n = items.len();
