@@ -529,6 +529,7 @@ pub(crate) fn parse_list_offsets(
                 topic_partition: tp.clone(),
                 offset: p.offset,
                 timestamp: p.timestamp,
+                size_bytes: p.size_bytes,
             })
         })
         .collect()

@@ -23,6 +23,7 @@ use crate::config::{ClientConfig, ConsumerConfig, OffsetReset};
 use crate::connection::{await_reply, Reply, Request};
 use crate::error::{check_code, ClientError, Result};
 use crate::group::{self, Group, GroupSettings};
+use crate::retry::{WarnLimiter, WARN_INTERVAL_MS};
 use crate::types::{ConsumerRecord, Offset, OffsetSpec, TopicPartition};
 
 /// Pipelined requests per consumer connection (one fetch plus offset lookups).
@@ -59,6 +60,8 @@ struct PartitionState {
     /// A fetched batch at `fetch_position` failed its checks: the partition is not fetched, and
     /// once its buffered records are returned `poll` reports this until a seek moves past it.
     corrupt: Option<Corrupt>,
+    /// The fetch offset the broker called out of range, until the reset is logged.
+    out_of_range: Option<i64>,
 }
 
 impl PartitionState {
@@ -72,6 +75,7 @@ impl PartitionState {
             high_watermark: -1,
             paused: false,
             corrupt: None,
+            out_of_range: None,
         }
     }
 }
@@ -124,6 +128,8 @@ pub struct Consumer {
     last_auto_commit: Instant,
     /// Assigned partitions that are paused (0 keeps `poll` on its fast path).
     paused_count: usize,
+    /// Rate limit of the warnings about what retries hide (failing fetches, missing topics).
+    warnings: WarnLimiter,
 }
 
 impl Consumer {
@@ -155,6 +161,7 @@ impl Consumer {
             listener: None,
             last_auto_commit: Instant::now(),
             paused_count: 0,
+            warnings: WarnLimiter::new(WARN_INTERVAL_MS),
         })
     }
 
@@ -824,8 +831,14 @@ impl Consumer {
                 self.partitions.keys().map(|tp| tp.topic.clone()).collect();
             topics.dedup();
             match self.core.refresh_metadata(Some(&topics)).await {
-                Ok(_) => self.refresh_needed = false,
+                Ok(metadata) => {
+                    self.refresh_needed = false;
+                    self.warn_missing_topics(&topics, &metadata);
+                }
                 Err(e) if e.is_retriable() => {
+                    if self.warnings.allow("metadata") {
+                        tracing::warn!("metadata refresh failed: {e}; retrying");
+                    }
                     self.back_off();
                     return Ok(());
                 }
@@ -855,7 +868,9 @@ impl Consumer {
         match list_offsets(&self.core, &unset).await {
             Ok(listed) => {
                 for l in listed {
-                    self.set_position(&l.topic_partition, l.offset.max(0));
+                    let position = l.offset.max(0);
+                    self.warn_out_of_range_reset(&l.topic_partition, position);
+                    self.set_position(&l.topic_partition, position);
                 }
                 Ok(())
             }
@@ -865,6 +880,48 @@ impl Consumer {
                 Ok(())
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// A fetch from `addr` failed with a retriable error (a dead connection, a broker that
+    /// stays down): a warning the first time and then every `WARN_INTERVAL_MS`.
+    fn warn_fetch_failure(&self, addr: &str, e: &ClientError) {
+        if self.warnings.allow(addr) {
+            tracing::warn!("fetching from {addr} failed: {e}; retrying");
+        } else {
+            tracing::debug!(error = %e, addr, "fetch failed; retrying");
+        }
+    }
+
+    /// Assigned topics that fresh metadata no longer has (deleted under the consumer).
+    fn warn_missing_topics(&self, topics: &[String], metadata: &crate::metadata::ClusterMetadata) {
+        for topic in topics {
+            let key = format!("topic {topic}");
+            let exists = metadata
+                .topics
+                .get(topic)
+                .is_some_and(|t| t.error.is_none());
+            if exists {
+                self.warnings.reset(&key);
+            } else if self.warnings.allow(&key) {
+                tracing::warn!(
+                    "topic {topic} of the assigned partitions does not exist (deleted?); retrying"
+                );
+            }
+        }
+    }
+
+    /// Logs a reset after `OffsetOutOfRange` (a fetch position past the log end, or before
+    /// its start after retention): records are skipped or read again, so it is a warning.
+    fn warn_out_of_range_reset(&mut self, tp: &TopicPartition, position: i64) {
+        let Some(state) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        if let Some(offset) = state.out_of_range.take() {
+            tracing::warn!(
+                "offset {offset} of {tp} is out of range; reset to offset {position} (auto_offset_reset {:?})",
+                self.config.auto_offset_reset
+            );
         }
     }
 
@@ -950,7 +1007,7 @@ impl Consumer {
         let (response, payload) = match decoded {
             Ok(ok) => ok,
             Err(e) if e.is_retriable() => {
-                tracing::debug!(error = %e, addr = %done.sent.addr, "fetch failed; retrying");
+                self.warn_fetch_failure(&done.sent.addr, &e);
                 self.refresh_needed |= e.needs_metadata_refresh();
                 self.back_off();
                 return Ok(());
@@ -1017,14 +1074,18 @@ impl Consumer {
             Some(ErrorCode::OffsetOutOfRange)
                 if self.config.auto_offset_reset != OffsetReset::None =>
             {
-                tracing::info!(partition = %tp, "offset out of range; resetting per auto_offset_reset");
                 if let Some(state) = self.partitions.get_mut(tp) {
+                    state.out_of_range = Some(state.fetch_position);
                     state.position = None;
                     state.generation += 1;
                 }
                 Ok(())
             }
             _ if error.is_retriable() => {
+                let key = format!("{tp} {}", error.code().map_or("", |c| c.name()));
+                if self.warnings.allow(&key) {
+                    tracing::warn!("fetching {tp} failed: {error}; retrying");
+                }
                 self.refresh_needed |= error.needs_metadata_refresh();
                 self.back_off();
                 Ok(())

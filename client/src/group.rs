@@ -217,7 +217,7 @@ pub(crate) fn apply_reply(state: &mut Membership, reply: HeartbeatReply) {
 pub(crate) fn handle_error(state: &mut Membership, error: ClientError) {
     match error.code() {
         Some(ErrorCode::UnknownMemberId | ErrorCode::FencedMemberEpoch) => {
-            tracing::info!(error = %error, "group membership lost; rejoining");
+            tracing::warn!("group membership lost ({error}); rejoining");
             state.epoch = 0;
             state.target = Some(Assignment::new());
         }

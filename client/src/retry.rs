@@ -49,3 +49,70 @@ mod tests {
         assert!(values.len() > 20);
     }
 }
+
+/// How often one kind of repeated warning (a retried produce error, a failing fetch) is logged
+/// at most.
+pub(crate) const WARN_INTERVAL_MS: u64 = 10_000;
+/// Distinct warning keys remembered at most (older ones are forgotten, so warned again).
+const WARN_KEYS_MAX: usize = 1_024;
+
+/// Rate limit for warnings about conditions that retries hide: the first occurrence of a key
+/// is logged, repeats at most every `interval`. `Sync`; one short lock per check.
+#[derive(Debug)]
+pub(crate) struct WarnLimiter {
+    interval: std::time::Duration,
+    last: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl WarnLimiter {
+    pub(crate) fn new(interval_ms: u64) -> WarnLimiter {
+        WarnLimiter {
+            interval: std::time::Duration::from_millis(interval_ms),
+            last: Default::default(),
+        }
+    }
+
+    /// Whether a warning with `key` should be logged now (and records that it was).
+    pub(crate) fn allow(&self, key: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut last = match self.last.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if last
+            .get(key)
+            .is_some_and(|at| now.duration_since(*at) < self.interval)
+        {
+            return false;
+        }
+        if last.len() >= WARN_KEYS_MAX {
+            last.clear();
+        }
+        last.insert(key.to_string(), now);
+        true
+    }
+
+    /// Forgets `key`, so that its next occurrence is logged at once (the condition ended).
+    pub(crate) fn reset(&self, key: &str) {
+        if let Ok(mut last) = self.last.lock() {
+            last.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod warn_tests {
+    use super::*;
+
+    #[test]
+    fn a_key_warns_once_per_interval_until_reset() {
+        let limiter = WarnLimiter::new(60_000);
+        assert!(limiter.allow("a"));
+        assert!(!limiter.allow("a"));
+        assert!(limiter.allow("b"));
+        limiter.reset("a");
+        assert!(limiter.allow("a"));
+        let always = WarnLimiter::new(0);
+        assert!(always.allow("x") && always.allow("x"));
+    }
+}

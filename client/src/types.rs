@@ -334,6 +334,9 @@ pub struct ListedOffset {
     pub offset: i64,
     /// The timestamp of that record (-1 when not applicable).
     pub timestamp: i64,
+    /// Bytes of the partition's log on its leader (all segments); -1 when the broker did not
+    /// say.
+    pub size_bytes: i64,
 }
 
 /// The state of a consumer group, as its coordinator reports it.

@@ -32,6 +32,7 @@ use crate::codec::obj;
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::connection::{await_reply, Reply, Request};
 use crate::error::{ClientError, Result};
+use crate::retry::{WarnLimiter, WARN_INTERVAL_MS};
 use crate::types::{ProducerRecord, RecordMetadata};
 
 /// Sends records to a Borges cluster. Cheap to clone (all clones share one accumulator, one
@@ -62,6 +63,8 @@ struct Inner {
     batch_done: Notify,
     closed: AtomicBool,
     refresh_running: AtomicBool,
+    /// Rate limit of the warnings about retried batches.
+    warnings: WarnLimiter,
 }
 
 /// Dropped with the last `Producer` clone: lets the sender finish what is queued and exit.
@@ -106,6 +109,7 @@ impl Producer {
             batch_done: Notify::new(),
             closed: AtomicBool::new(false),
             refresh_running: AtomicBool::new(false),
+            warnings: WarnLimiter::new(WARN_INTERVAL_MS),
         });
         tokio::spawn(run_sender(inner.clone()));
         Ok(Producer {
@@ -565,6 +569,24 @@ fn produce_request(config: &ProducerConfig, batches: &[ProducerBatch]) -> (Reque
     (request, layout)
 }
 
+/// Tells about a retried batch: at debug level every time, as a warning the first time per
+/// partition and error kind and then every `WARN_INTERVAL_MS` (a produce that waits for
+/// `min.insync.replicas` or a dead broker until `delivery_timeout_ms` is not silent).
+fn warn_retry(inner: &Inner, batch: &ProducerBatch, e: &ClientError) {
+    let kind = e.code().map_or("connection", |c| c.name());
+    let key = format!("{}-{} {kind}", batch.topic, batch.partition);
+    if inner.warnings.allow(&key) {
+        tracing::warn!(
+            "producing to {}-{} failed: {e}; retrying until delivery_timeout_ms ({} ms) after the record was sent",
+            batch.topic,
+            batch.partition,
+            inner.config.delivery_timeout_ms
+        );
+    } else {
+        tracing::debug!(topic = %batch.topic, partition = batch.partition, error = %e, "retrying batch");
+    }
+}
+
 /// Handles a produce request's outcome: completes, fails or requeues each batch.
 fn finish_request(
     inner: &Arc<Inner>,
@@ -592,7 +614,7 @@ fn finish_request(
                 refresh |= e.needs_metadata_refresh();
                 match retry_decision(&inner.config, &batch, &e, now) {
                     Some(at) => {
-                        tracing::debug!(topic = %batch.topic, partition = batch.partition, error = %e, "retrying batch");
+                        warn_retry(inner, &batch, &e);
                         batch.not_before = Some(at);
                         retry.push(batch);
                     }
