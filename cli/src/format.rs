@@ -1,45 +1,131 @@
 //! Output formats, as Kafka's tools print them (tab-separated). Pure functions.
 
-use borges_client::{ConfigSource, ConsumerRecord, TopicDescription};
+use borges_client::{ConfigEntry, ConfigSource, ConsumerRecord, TopicDescription, TopicPartition};
 
-/// Which fields `borges consume` prints.
-#[derive(Debug, Clone, Copy, Default)]
+/// What `borges consume` prints of each record, and how (kafka-console-consumer's
+/// DefaultMessageFormatter properties).
+#[derive(Debug, Clone)]
 pub struct RecordFields {
-    /// `CreateTime:TS`.
+    /// `CreateTime:TS` (`print.timestamp`).
     pub timestamp: bool,
-    /// `Partition:P`.
+    /// `Partition:P` (`print.partition`).
     pub partition: bool,
-    /// `Offset:O`.
+    /// `Offset:O` (`print.offset`).
     pub offset: bool,
-    /// The key.
+    /// The headers (`print.headers`).
+    pub headers: bool,
+    /// The key (`print.key`).
     pub key: bool,
+    /// The value (`print.value`).
+    pub value: bool,
+    /// Between fields (`key.separator`, a tab by default).
+    pub separator: String,
+    /// Between headers (`headers.separator`, `,`).
+    pub headers_separator: String,
+    /// Between a header's key and value (`headers.key.separator`, `:`).
+    pub header_key_separator: String,
+    /// A null key, value or header value (`null.literal`, `null`).
+    pub null_literal: String,
 }
 
-/// One consumed record: `[CreateTime:TS\t][Partition:P\t][Offset:O\t][KEY\t]VALUE`, null key
-/// or value as `null` (as kafka-console-consumer).
-pub fn record_line(record: &ConsumerRecord, fields: RecordFields) -> String {
-    let mut line = String::new();
+impl Default for RecordFields {
+    fn default() -> Self {
+        RecordFields {
+            timestamp: false,
+            partition: false,
+            offset: false,
+            headers: false,
+            key: false,
+            value: true,
+            separator: "\t".to_string(),
+            headers_separator: ",".to_string(),
+            header_key_separator: ":".to_string(),
+            null_literal: "null".to_string(),
+        }
+    }
+}
+
+impl RecordFields {
+    /// Applies one console-consumer property (`print.key=true`, `key.separator=,`, ...).
+    pub fn apply_property(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let flag = |value: &str| match value.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(format!(
+                "property {name} must be true or false, not `{value}`"
+            )),
+        };
+        match name {
+            "print.timestamp" => self.timestamp = flag(value)?,
+            "print.partition" => self.partition = flag(value)?,
+            "print.offset" => self.offset = flag(value)?,
+            "print.headers" => self.headers = flag(value)?,
+            "print.key" => self.key = flag(value)?,
+            "print.value" => self.value = flag(value)?,
+            "key.separator" => self.separator = value.to_string(),
+            "headers.separator" => self.headers_separator = value.to_string(),
+            "headers.key.separator" => self.header_key_separator = value.to_string(),
+            "null.literal" => self.null_literal = value.to_string(),
+            _ => {
+                return Err(format!(
+                    "unknown property `{name}` (known: print.timestamp, print.partition, print.offset, \
+                     print.headers, print.key, print.value, key.separator, headers.separator, \
+                     headers.key.separator, null.literal)"
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One consumed record as kafka-console-consumer prints it: the chosen fields of
+/// `CreateTime:TS`, `Partition:P`, `Offset:O`, headers, key, value, in this order, separated by
+/// `separator`; nulls as `null_literal`; headers `k:v` joined by `,`, or `NO_HEADERS`.
+pub fn record_line(record: &ConsumerRecord, fields: &RecordFields) -> String {
+    let mut parts: Vec<String> = Vec::with_capacity(6);
     if fields.timestamp {
-        line.push_str(&format!("CreateTime:{}\t", record.timestamp));
+        parts.push(format!("CreateTime:{}", record.timestamp));
     }
     if fields.partition {
-        line.push_str(&format!("Partition:{}\t", record.partition));
+        parts.push(format!("Partition:{}", record.partition));
     }
     if fields.offset {
-        line.push_str(&format!("Offset:{}\t", record.offset));
+        parts.push(format!("Offset:{}", record.offset));
+    }
+    if fields.headers {
+        parts.push(headers_text(record, fields));
     }
     if fields.key {
-        push_nullable(&mut line, record.key.as_deref());
-        line.push('\t');
+        parts.push(nullable(record.key.as_deref(), &fields.null_literal));
     }
-    push_nullable(&mut line, record.value.as_deref());
-    line
+    if fields.value {
+        parts.push(nullable(record.value.as_deref(), &fields.null_literal));
+    }
+    parts.join(&fields.separator)
 }
 
-fn push_nullable(line: &mut String, bytes: Option<&[u8]>) {
+fn headers_text(record: &ConsumerRecord, fields: &RecordFields) -> String {
+    if record.headers.is_empty() {
+        return "NO_HEADERS".to_string();
+    }
+    record
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{k}{}{}",
+                fields.header_key_separator,
+                nullable(v.as_deref(), &fields.null_literal)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(&fields.headers_separator)
+}
+
+fn nullable(bytes: Option<&[u8]>, null_literal: &str) -> String {
     match bytes {
-        Some(b) => line.push_str(&String::from_utf8_lossy(b)),
-        None => line.push_str("null"),
+        Some(b) => String::from_utf8_lossy(b).into_owned(),
+        None => null_literal.to_string(),
     }
 }
 
@@ -141,21 +227,210 @@ pub fn group_table(rows: &[GroupRow]) -> Vec<String> {
     aligned(&header, &cells, &minimum)
 }
 
-/// `borges group reset-offsets`: `GROUP TOPIC PARTITION NEW-OFFSET`, aligned.
-pub fn reset_table(group: &str, topic: &str, offsets: &[(i32, i64)]) -> Vec<String> {
-    let cells: Vec<[String; 4]> = offsets
+/// `borges group reset-offsets`: `GROUP TOPIC PARTITION NEW-OFFSET`, aligned; one row per
+/// (group, partition, new offset).
+pub fn reset_table(rows: &[(String, TopicPartition, i64)]) -> Vec<String> {
+    let cells: Vec<[String; 4]> = rows
         .iter()
-        .map(|(p, o)| {
+        .map(|(group, tp, o)| {
             [
-                group.to_string(),
-                topic.to_string(),
-                p.to_string(),
+                group.clone(),
+                tp.topic.clone(),
+                tp.partition.to_string(),
                 o.to_string(),
             ]
         })
         .collect();
     let header = ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"].map(str::to_string);
     aligned(&header, &cells, &[0, 0, 10, 0])
+}
+
+/// `borges topic describe T --all-configs`, as `kafka-configs.sh --describe --all` prints it:
+/// every config, with the source of the value in effect.
+pub fn all_configs_lines(topic: &str, configs: &[ConfigEntry]) -> Vec<String> {
+    let mut lines = vec![format!("All configs for topic {topic} are:")];
+    for c in configs {
+        let value = c.value.as_deref().unwrap_or("null");
+        let sensitive = c.value.is_none() && c.source != ConfigSource::Default;
+        lines.push(format!(
+            "  {}={value} sensitive={sensitive} synonyms={{{}:{}={value}}}",
+            c.name,
+            kafka_source(c.source),
+            c.name
+        ));
+    }
+    lines
+}
+
+/// Kafka's name of a config source (`DYNAMIC_TOPIC_CONFIG`, `DEFAULT_CONFIG`, ...).
+pub fn kafka_source(source: ConfigSource) -> &'static str {
+    match source {
+        ConfigSource::Topic => "DYNAMIC_TOPIC_CONFIG",
+        ConfigSource::Broker => "STATIC_BROKER_CONFIG",
+        ConfigSource::Default => "DEFAULT_CONFIG",
+        ConfigSource::Unknown => "UNKNOWN",
+    }
+}
+
+/// One partition of `borges topic offsets`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetsRow {
+    /// Partition.
+    pub partition: i32,
+    /// Log start offset.
+    pub log_start: i64,
+    /// High watermark.
+    pub high_watermark: i64,
+    /// Bytes of the partition's log; -1 when the broker did not say.
+    pub size_bytes: i64,
+}
+
+/// `borges topic offsets T`: `TOPIC PARTITION LOG-START-OFFSET HIGH-WATERMARK SIZE-BYTES`.
+pub fn offsets_table(topic: &str, rows: &[OffsetsRow]) -> Vec<String> {
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            [
+                topic.to_string(),
+                r.partition.to_string(),
+                r.log_start.to_string(),
+                r.high_watermark.to_string(),
+                if r.size_bytes < 0 {
+                    "-".to_string()
+                } else {
+                    r.size_bytes.to_string()
+                },
+            ]
+        })
+        .collect();
+    let header = [
+        "TOPIC",
+        "PARTITION",
+        "LOG-START-OFFSET",
+        "HIGH-WATERMARK",
+        "SIZE-BYTES",
+    ]
+    .map(str::to_string);
+    aligned(&header, &cells, &[0, 10, 0, 0, 0])
+}
+
+/// One member of `borges group describe --members`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRow {
+    /// Group id.
+    pub group: String,
+    /// Member id.
+    pub consumer_id: String,
+    /// Client host.
+    pub host: String,
+    /// Client id.
+    pub client_id: String,
+    /// Owned partitions.
+    pub assignment: Vec<TopicPartition>,
+}
+
+/// `group describe --members` as kafka-consumer-groups.sh prints it:
+/// `GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS` (`--verbose`: and `ASSIGNMENT`, as
+/// `topic(0,1),other(2)`, `-` when empty).
+pub fn members_table(rows: &[MemberRow], verbose: bool) -> Vec<String> {
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.group.clone(),
+                r.consumer_id.clone(),
+                r.host.clone(),
+                r.client_id.clone(),
+                r.assignment.len().to_string(),
+                assignment_text(&r.assignment),
+            ]
+        })
+        .collect();
+    let header = [
+        "GROUP",
+        "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
+        "#PARTITIONS",
+        "ASSIGNMENT",
+    ]
+    .map(str::to_string);
+    let lines = aligned(&header, &cells, &[0, 0, 0, 0, 15, 0]);
+    if verbose {
+        return lines;
+    }
+    // Without --verbose the ASSIGNMENT column is left out.
+    let cells: Vec<[String; 5]> = cells
+        .into_iter()
+        .map(|[a, b, c, d, e, _]| [a, b, c, d, e])
+        .collect();
+    let header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"].map(str::to_string);
+    aligned(&header, &cells, &[0, 0, 0, 0, 0])
+}
+
+/// `topic(0,1),other(2)`; `-` for nothing.
+pub fn assignment_text(partitions: &[TopicPartition]) -> String {
+    if partitions.is_empty() {
+        return "-".to_string();
+    }
+    let mut by_topic: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for tp in partitions {
+        by_topic
+            .entry(&tp.topic)
+            .or_default()
+            .push(tp.partition.to_string());
+    }
+    by_topic
+        .into_iter()
+        .map(|(t, ps)| format!("{t}({})", ps.join(",")))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One group of `borges group describe --state`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRow {
+    /// Group id.
+    pub group: String,
+    /// `host:port (node id)` of the coordinator.
+    pub coordinator: String,
+    /// Assignor name.
+    pub assignor: String,
+    /// Group state.
+    pub state: String,
+    /// Active members.
+    pub members: usize,
+}
+
+/// `group describe --state`: `GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS`.
+pub fn state_table(rows: &[StateRow]) -> Vec<String> {
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.group.clone(),
+                r.coordinator.clone(),
+                r.assignor.clone(),
+                r.state.clone(),
+                r.members.to_string(),
+            ]
+        })
+        .collect();
+    let header = [
+        "GROUP",
+        "COORDINATOR (ID)",
+        "ASSIGNMENT-STRATEGY",
+        "STATE",
+        "#MEMBERS",
+    ]
+    .map(str::to_string);
+    aligned(&header, &cells, &[0, 25, 20, 15, 0])
+}
+
+/// `group list --state`: `GROUP STATE`.
+pub fn group_state_list(rows: &[(String, String)]) -> Vec<String> {
+    let cells: Vec<[String; 2]> = rows.iter().map(|(g, s)| [g.clone(), s.clone()]).collect();
+    aligned(&["GROUP".to_string(), "STATE".to_string()], &cells, &[0, 0])
 }
 
 /// Left-aligned columns, each as wide as its widest cell (at least `minimum`), one space
@@ -278,31 +553,58 @@ mod tests {
     #[test]
     fn record_lines_match_kafka_console_consumer() {
         let all = RecordFields {
-            timestamp: false,
             partition: true,
             offset: true,
             key: true,
+            ..RecordFields::default()
         };
         assert_eq!(
-            record_line(&record(Some("user-3"), Some("paid order 102")), all),
+            record_line(&record(Some("user-3"), Some("paid order 102")), &all),
             "Partition:3\tOffset:1\tuser-3\tpaid order 102"
         );
         let value_only = RecordFields::default();
-        assert_eq!(record_line(&record(None, Some("v")), value_only), "v");
+        assert_eq!(record_line(&record(None, Some("v")), &value_only), "v");
         let key = RecordFields {
             key: true,
             ..RecordFields::default()
         };
-        assert_eq!(record_line(&record(None, None), key), "null\tnull");
+        assert_eq!(record_line(&record(None, None), &key), "null\tnull");
         let ts = RecordFields {
             timestamp: true,
             offset: true,
             ..RecordFields::default()
         };
         assert_eq!(
-            record_line(&record(None, Some("v")), ts),
+            record_line(&record(None, Some("v")), &ts),
             "CreateTime:1700000000000\tOffset:1\tv"
         );
+    }
+
+    #[test]
+    fn headers_separators_null_literal_and_no_value() {
+        let mut fields = RecordFields::default();
+        for (k, v) in [
+            ("print.headers", "true"),
+            ("print.key", "TRUE"),
+            ("print.value", "false"),
+            ("key.separator", " | "),
+            ("null.literal", "<nil>"),
+        ] {
+            fields.apply_property(k, v).unwrap();
+        }
+        let mut r = record(None, Some("v"));
+        assert_eq!(record_line(&r, &fields), "NO_HEADERS | <nil>");
+        r.headers = vec![
+            ("a".into(), Some(Bytes::from_static(b"1"))),
+            ("b".into(), None),
+        ];
+        assert_eq!(record_line(&r, &fields), "a:1,b:<nil> | <nil>");
+        fields.apply_property("headers.separator", ";").unwrap();
+        fields.apply_property("headers.key.separator", "=").unwrap();
+        assert_eq!(record_line(&r, &fields), "a=1;b=<nil> | <nil>");
+        assert!(fields.apply_property("print.key", "yes").is_err());
+        let e = fields.apply_property("print.colour", "true").unwrap_err();
+        assert!(e.contains("print.colour") && e.contains("print.key"), "{e}");
     }
 
     #[test]
@@ -384,11 +686,88 @@ mod tests {
         assert_eq!(lines[1], "audit-svc orders 0          8               11              3               console-consumer-1134bb44 /127.0.0.1 console-consumer");
         assert_eq!(lines[2], "audit-svc orders 1          -               0               -               -                         -          -");
         assert_eq!(
-            reset_table("g", "t", &[(0, 5)]),
+            reset_table(&[("g".into(), TopicPartition::new("t", 0), 5)]),
             vec![
                 "GROUP TOPIC PARTITION  NEW-OFFSET",
                 "g     t     0          5"
             ]
+        );
+    }
+
+    #[test]
+    fn all_configs_print_as_kafka_configs_describe_all() {
+        let configs = vec![
+            ConfigEntry {
+                name: "cleanup.policy".into(),
+                value: Some("compact".into()),
+                source: ConfigSource::Topic,
+                read_only: false,
+            },
+            ConfigEntry {
+                name: "retention.ms".into(),
+                value: Some("604800000".into()),
+                source: ConfigSource::Default,
+                read_only: false,
+            },
+        ];
+        assert_eq!(
+            all_configs_lines("orders", &configs),
+            vec![
+                "All configs for topic orders are:",
+                "  cleanup.policy=compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact}",
+                "  retention.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:retention.ms=604800000}",
+            ]
+        );
+    }
+
+    #[test]
+    fn offsets_members_and_state_tables_align() {
+        let rows = [OffsetsRow {
+            partition: 0,
+            log_start: 0,
+            high_watermark: 42,
+            size_bytes: 4096,
+        }];
+        assert_eq!(
+            offsets_table("t", &rows),
+            vec![
+                "TOPIC PARTITION  LOG-START-OFFSET HIGH-WATERMARK SIZE-BYTES",
+                "t     0          0                42             4096",
+            ]
+        );
+        let members = [MemberRow {
+            group: "g".into(),
+            consumer_id: "c-1".into(),
+            host: "/127.0.0.1".into(),
+            client_id: "cli".into(),
+            assignment: vec![
+                TopicPartition::new("t", 0),
+                TopicPartition::new("t", 1),
+                TopicPartition::new("u", 2),
+            ],
+        }];
+        assert_eq!(
+            members_table(&members, false),
+            vec![
+                "GROUP CONSUMER-ID HOST       CLIENT-ID #PARTITIONS",
+                "g     c-1         /127.0.0.1 cli       3",
+            ]
+        );
+        assert_eq!(
+            members_table(&members, true)[1],
+            "g     c-1         /127.0.0.1 cli       3               t(0,1),u(2)"
+        );
+        assert_eq!(assignment_text(&[]), "-");
+        let state = [StateRow {
+            group: "g".into(),
+            coordinator: "127.0.0.1:9293 (0)".into(),
+            assignor: "uniform".into(),
+            state: "Stable".into(),
+            members: 1,
+        }];
+        assert_eq!(
+            state_table(&state)[1],
+            "g     127.0.0.1:9293 (0)        uniform              Stable          1"
         );
     }
 

@@ -1,36 +1,62 @@
 //! `borges`: starts the broker (`borges broker`) and administers, produces to and consumes from
-//! a cluster. Errors are one line on standard error and exit code 1 (2 for bad arguments).
+//! a cluster. Errors are one line on standard error and exit code 1; usage errors exit 2; a
+//! closed output pipe (`borges ... | head`) ends a command normally (exit 0).
 
 mod args;
 mod commands;
+mod consume;
 mod format;
+mod group;
+mod output;
+mod produce;
+mod topic;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use crate::args::{Cli, Command};
+use crate::commands::{is_broken_pipe, UsageError};
+use crate::output::Ui;
+
+/// Exit status of a usage error (as clap's own).
+const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        // The broker runs its own thread-per-core executors: no tokio runtime here.
+        // The broker runs its own thread-per-core executors and logging: no tokio runtime here.
         Command::Broker(args) => borges_broker::cli::run(args).map_err(anyhow::Error::from),
-        command => run_client_command(&cli.bootstrap, command),
+        command => {
+            let ui = Ui::detect(cli.quiet);
+            output::install_logging(cli.log_verbosity, &ui);
+            run_client_command(&cli.bootstrap, ui, command)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let text = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {text}");
-            ExitCode::FAILURE
+            // Standard error may be closed too; nothing more to say then.
+            let _ = writeln_stderr(&format!("error: {text}"));
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
 
-fn run_client_command(bootstrap: &str, command: Command) -> anyhow::Result<()> {
+fn writeln_stderr(line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(std::io::stderr().lock(), "{line}")
+}
+
+fn run_client_command(bootstrap: &str, ui: Ui, command: Command) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(commands::run(bootstrap, command))
+    runtime.block_on(commands::run(bootstrap, ui, command))
 }

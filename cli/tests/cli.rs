@@ -44,6 +44,18 @@ fn failed(output: Output) -> String {
     stderr
 }
 
+/// A usage error: exit code 2 and a message on stderr starting with `error: `.
+fn usage_error(output: Output) -> String {
+    let stderr = String::from_utf8(output.stderr).expect("utf-8 stderr");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "expected a usage error: {stderr}"
+    );
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
 /// Lines sorted by partition then offset (records of different partitions may interleave).
 fn by_partition_and_offset(text: &str) -> Vec<String> {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
@@ -322,7 +334,7 @@ fn errors_are_one_clear_line_and_a_non_zero_exit() {
     assert!(e.contains("UnknownTopicOrPartition"), "{e}");
     let e = failed(borges(&broker, &["group", "describe", "nobody"], None));
     assert!(e.contains("nobody"), "{e}");
-    let e = failed(borges(
+    let e = usage_error(borges(
         &broker,
         &[
             "group",
@@ -354,6 +366,7 @@ fn every_command_has_help_with_examples() {
         &["topic", "list"],
         &["topic", "delete"],
         &["topic", "alter"],
+        &["topic", "offsets"],
         &["produce"],
         &["consume"],
         &["group", "list"],

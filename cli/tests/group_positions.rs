@@ -2,38 +2,12 @@
 //! reached no record in, and never past what it printed: a second member continues exactly
 //! where the first stopped (issue 18, item 1).
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
 
 use borges_testkit::BrokerProcess;
-
-fn borges(broker: &BrokerProcess, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_borges"))
-        .args(args)
-        .env("BORGES_BOOTSTRAP", broker.bootstrap())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run borges");
-    let mut input = child.stdin.take().expect("stdin");
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).expect("write stdin");
-    }
-    drop(input);
-    child.wait_with_output().expect("borges output")
-}
-
-fn ok(output: Output) -> String {
-    assert!(
-        output.status.success(),
-        "exit {:?}, stderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("utf-8 stdout")
-}
+use common::{borges, ok};
 
 /// The scenario of the issue: 4 partitions, 400 records; one member reads 150 from the
 /// beginning, the next member reads 250: together every record exactly once.

@@ -41,8 +41,14 @@ fn produce_creates_its_topic_and_consume_reads_it_back() {
     let common = ["--bootstrap", bootstrap.as_str(), "--topic", "fresh"];
     let produced = stdout(&run("produce", &[&common[..], &["--count", "7"]].concat()));
     assert_eq!(produced.lines().count(), 7, "{produced}");
-    assert!(produced.lines().all(|l| l.starts_with("fresh-")), "{produced}");
-    let consumed = stdout(&run("consume", &[&common[..], &["--idle-ms", "500"]].concat()));
+    assert!(
+        produced.lines().all(|l| l.starts_with("fresh-")),
+        "{produced}"
+    );
+    let consumed = stdout(&run(
+        "consume",
+        &[&common[..], &["--idle-ms", "500"]].concat(),
+    ));
     let records = consumed.lines().filter(|l| l.contains("value=")).count();
     assert_eq!(records, 7, "{consumed}");
     let admin = stdout(&run("admin", &common));
