@@ -11,6 +11,16 @@ use std::time::{Duration, Instant};
 use borges_testkit::BrokerProcess;
 use common::{borges, json, ok, usage_error};
 
+/// A child process killed when dropped (a failing test leaves no member behind).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn committed(broker: &BrokerProcess, group: &str) -> Vec<(String, i64, i64)> {
     let doc = json(&ok(borges(
         broker,
@@ -174,7 +184,7 @@ fn members_are_listed_with_their_assignment() {
         &["topic", "create", "m", "--partitions", "2"],
         None,
     ));
-    let mut member = Command::new(env!("CARGO_BIN_EXE_borges"))
+    let member = Command::new(env!("CARGO_BIN_EXE_borges"))
         .args([
             "--bootstrap",
             &broker.bootstrap(),
@@ -187,6 +197,8 @@ fn members_are_listed_with_their_assignment() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Killed when the test fails before its own SIGINT.
+    let mut member = KillOnDrop(member);
     let guard = Instant::now() + Duration::from_secs(60);
     let described = loop {
         // An error until the member joined.
@@ -241,11 +253,11 @@ fn members_are_listed_with_their_assignment() {
     );
     // SIGINT: the member commits, leaves and exits 0.
     // SAFETY: signalling our own child.
-    unsafe { libc::kill(member.id() as i32, libc::SIGINT) };
-    let status = member.wait().unwrap();
+    unsafe { libc::kill(member.0.id() as i32, libc::SIGINT) };
+    let status = member.0.wait().unwrap();
     assert!(status.success(), "{status}");
     let mut out = String::new();
-    if let Some(stdout) = member.stdout.take() {
+    if let Some(stdout) = member.0.stdout.take() {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             out.push_str(&line);
         }

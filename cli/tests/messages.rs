@@ -112,14 +112,23 @@ fn a_closed_output_pipe_ends_commands_with_exit_0() {
         );
     }
 
-    // `borges consume t | head -1`: the reader goes away after one line; the next records
-    // hit the closed pipe.
-    let mut child = spawn(&broker, &["consume", "t"], Stdio::piped(), Stdio::piped());
+    // `borges consume t --from-beginning | head -1`: the reader goes away after one line;
+    // the next records hit the closed pipe.
+    let mut child = spawn(
+        &broker,
+        &["consume", "t", "--from-beginning"],
+        Stdio::piped(),
+        Stdio::piped(),
+    );
+    let (tx, first) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
-    ok(borges(&broker, &["produce", "t"], Some("first\n")));
-    let mut first = String::new();
-    BufReader::new(stdout).read_line(&mut first).unwrap();
-    assert_eq!(first, "first\n");
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+        // The reader (and the pipe's read end) is dropped here, as `head -1` exits.
+    });
+    assert_eq!(first.recv_timeout(GUARD).unwrap(), "v0\n");
     ok(borges(&broker, &["produce", "t"], Some(&values(10))));
     let (code, err) = finish(child);
     assert_eq!(code, Some(0), "{err}");
@@ -170,7 +179,11 @@ fn offset_resets_are_warned_about_unless_quiet_and_without_colours() {
 fn a_topic_deleted_under_a_consumer_ends_it_with_an_error() {
     let broker = BrokerProcess::start();
     ok(borges(&broker, &["topic", "create", "d"], None));
-    for args in [&["consume", "d"][..], &["consume", "d", "--group", "dg"]] {
+    // From the beginning: a consumer that starts at the end could miss the record below.
+    for args in [
+        &["consume", "d", "--from-beginning"][..],
+        &["consume", "d", "--group", "dg", "--from-beginning"],
+    ] {
         let mut child = spawn(&broker, args, Stdio::piped(), Stdio::piped());
         let out = lines_of(child.stdout.take().unwrap());
         ok(borges(&broker, &["produce", "d"], Some("before\n")));
@@ -192,7 +205,12 @@ fn a_topic_deleted_under_a_consumer_ends_it_with_an_error() {
 fn a_broker_that_stays_down_is_reported_while_the_consumer_retries() {
     let mut broker = BrokerProcess::start();
     ok(borges(&broker, &["topic", "create", "s"], None));
-    let mut child = spawn(&broker, &["consume", "s"], Stdio::piped(), Stdio::piped());
+    let mut child = spawn(
+        &broker,
+        &["consume", "s", "--from-beginning"],
+        Stdio::piped(),
+        Stdio::piped(),
+    );
     let out = lines_of(child.stdout.take().unwrap());
     let err = lines_of(child.stderr.take().unwrap());
     ok(borges(&broker, &["produce", "s"], Some("up\n")));
