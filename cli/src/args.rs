@@ -9,7 +9,8 @@ const EXAMPLES: &str = "Examples:
   borges broker
   borges topic create orders --partitions 4
   printf 'user-1:created order 100\\n' | borges produce orders --key-separator :
-  borges consume orders --from-beginning --max-messages 6 --print-partition --print-offset --print-key
+  borges consume orders --from-beginning --max-messages 6 --print-partition --print-offset \\
+      --print-key
 
 The bootstrap address comes from --bootstrap (or --bootstrap-server), else BORGES_BOOTSTRAP,
 else 127.0.0.1:9292. Warnings go to standard error (-v for more, -q for none); exit status 0 on
@@ -17,7 +18,12 @@ success, 1 on failure, 2 for a usage error.";
 
 /// The `borges` command.
 #[derive(Debug, Parser)]
-#[command(name = "borges", version, about = "Borges: a thread-per-core streaming log broker, and its tools.", after_help = EXAMPLES)]
+#[command(
+    name = "borges",
+    version,
+    about = "Borges: a thread-per-core streaming log broker, and its tools.",
+    after_help = EXAMPLES
+)]
 pub struct Cli {
     /// Broker to contact first (host:port[,host:port...]).
     #[arg(
@@ -122,7 +128,12 @@ impl MaybeTopicName {
 pub enum TopicCommand {
     /// Create a topic.
     #[command(
-        after_help = "Examples:\n  borges topic create orders --partitions 4\n  borges topic create --topic profiles --config cleanup.policy=compact --if-not-exists"
+        after_help = concat!(
+            "Examples:\n",
+            "  borges topic create orders --partitions 4\n",
+            "  borges topic create --topic profiles --config cleanup.policy=compact ",
+            "--if-not-exists",
+        )
     )]
     Create {
         #[command(flatten)]
@@ -142,7 +153,19 @@ pub enum TopicCommand {
     },
     /// Describe a topic (or every topic): id, partitions, leaders, replicas, ISR, configs.
     #[command(
-        after_help = "Examples:\n  borges topic describe orders\n  borges topic describe --topic orders --all-configs\n  borges topic describe --format json\n\nOutput (tab-separated, as kafka-topics.sh --describe):\n  Topic: orders<TAB>TopicId: ...<TAB>PartitionCount: 4<TAB>ReplicationFactor: 1<TAB>Configs: \n  <TAB>Topic: orders<TAB>Partition: 0<TAB>Leader: 0<TAB>Replicas: 0<TAB>Isr: 0\nWith --all-configs, every config with its source, as kafka-configs.sh --describe --all."
+        after_help = concat!(
+            "Examples:\n",
+            "  borges topic describe orders\n",
+            "  borges topic describe --topic orders --all-configs\n",
+            "  borges topic describe --format json\n",
+            "\n",
+            "Output (tab-separated, as kafka-topics.sh --describe):\n",
+            "  Topic: orders<TAB>TopicId: ...<TAB>PartitionCount: 4<TAB>ReplicationFactor: ",
+            "1<TAB>Configs: \n",
+            "  <TAB>Topic: orders<TAB>Partition: 0<TAB>Leader: 0<TAB>Replicas: 0<TAB>Isr: 0\n",
+            "With --all-configs, every config with its source, as kafka-configs.sh --describe ",
+            "--all.",
+        )
     )]
     Describe {
         #[command(flatten)]
@@ -158,7 +181,11 @@ pub enum TopicCommand {
     },
     /// List topic names, one per line.
     #[command(
-        after_help = "Examples:\n  borges topic list\n  borges topic list --exclude-internal --format json"
+        after_help = concat!(
+            "Examples:\n",
+            "  borges topic list\n",
+            "  borges topic list --exclude-internal --format json",
+        )
     )]
     List {
         /// Leave out internal topics (__consumer_offsets).
@@ -169,7 +196,11 @@ pub enum TopicCommand {
     },
     /// Delete a topic and all its data.
     #[command(
-        after_help = "Examples:\n  borges topic delete orders\n  borges topic delete --topic orders --if-exists"
+        after_help = concat!(
+            "Examples:\n",
+            "  borges topic delete orders\n",
+            "  borges topic delete --topic orders --if-exists",
+        )
     )]
     Delete {
         #[command(flatten)]
@@ -180,7 +211,12 @@ pub enum TopicCommand {
     },
     /// Change topic configs, or add partitions.
     #[command(
-        after_help = "Examples:\n  borges topic alter orders --config retention.ms=86400000\n  borges topic alter orders --delete-config retention.ms\n  borges topic alter orders --partitions 8"
+        after_help = concat!(
+            "Examples:\n",
+            "  borges topic alter orders --config retention.ms=86400000\n",
+            "  borges topic alter orders --delete-config retention.ms\n",
+            "  borges topic alter orders --partitions 8",
+        )
     )]
     Alter {
         #[command(flatten)]
@@ -200,7 +236,16 @@ pub enum TopicCommand {
     },
     /// Log start offset, high watermark and size of every partition (as kafka-get-offsets.sh).
     #[command(
-        after_help = "Examples:\n  borges topic offsets orders\n  borges topic offsets orders --time earliest\n  borges topic offsets orders --time 2026-11-30T05:00:00Z --partitions 0,1\n\nWithout --time: a table PARTITION LOG-START-OFFSET HIGH-WATERMARK SIZE-BYTES.\nWith --time: TOPIC:PARTITION:OFFSET lines, as kafka-get-offsets.sh prints them\n(-1 latest, -2 earliest, -3 the record with the largest timestamp, else a time)."
+        after_help = concat!(
+            "Examples:\n",
+            "  borges topic offsets orders\n",
+            "  borges topic offsets orders --time earliest\n",
+            "  borges topic offsets orders --time 2026-11-30T05:00:00Z --partitions 0,1\n",
+            "\n",
+            "Without --time: a table PARTITION LOG-START-OFFSET HIGH-WATERMARK SIZE-BYTES.\n",
+            "With --time: TOPIC:PARTITION:OFFSET lines, as kafka-get-offsets.sh prints them\n",
+            "(-1 latest, -2 earliest, -3 the record with the largest timestamp, else a time).",
+        )
     )]
     Offsets {
         #[command(flatten)]
@@ -219,7 +264,18 @@ pub enum TopicCommand {
 /// `borges produce ...`
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  printf 'user-1:created order 100\\nuser-2:created order 101\\n' | borges produce orders --key-separator :\n  borges produce --topic logs --acks 0 --header source=app < app.log\n  borges produce orders --property parse.key=true --property key.separator=:\n\nExits 0 only once every record is acknowledged; otherwise prints why and exits 1.\nA progress line is shown on a terminal (not with -q, never when standard error is redirected)."
+    after_help = concat!(
+        "Examples:\n",
+        "  printf 'user-1:created order 100\\n",
+        "user-2:created order 101\\n",
+        "' | borges produce orders --key-separator :\n",
+        "  borges produce --topic logs --acks 0 --header source=app < app.log\n",
+        "  borges produce orders --property parse.key=true --property key.separator=:\n",
+        "\n",
+        "Exits 0 only once every record is acknowledged; otherwise prints why and exits 1.\n",
+        "A progress line is shown on a terminal (not with -q, never when standard error is ",
+        "redirected).",
+    )
 )]
 pub struct ProduceArgs {
     #[command(flatten)]
@@ -228,7 +284,12 @@ pub struct ProduceArgs {
     #[arg(long, value_name = "SEP")]
     pub key_separator: Option<String>,
     /// Acknowledgements to wait for: 0, 1 or all.
-    #[arg(long, default_value = "all", value_parser = ["0", "1", "all", "-1"], allow_hyphen_values = true)]
+    #[arg(
+        long,
+        default_value = "all",
+        value_parser = ["0", "1", "all", "-1"],
+        allow_hyphen_values = true
+    )]
     pub acks: String,
     /// Send every record to this partition (default: by key, or sticky without a key).
     #[arg(long, value_name = "P")]
@@ -256,7 +317,24 @@ pub struct ProduceArgs {
 /// `borges consume ...`
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  borges consume orders --from-beginning --max-messages 6 --print-partition --print-offset --print-key\n  borges consume --topic orders --partition 3 --offset 1 --timeout-ms 2000\n  borges consume orders --group audit --property print.key=true --property key.separator=,\n\nOutput: one line per record, with only the fields asked for, in this order, separated by\n--key-separator (a tab by default):\n  CreateTime:TS  Partition:P  Offset:O  HEADERS  KEY  VALUE\nHeaders print as k1:v1,k2:v2 (NO_HEADERS when none); null keys and values as --null-literal.\nConsole-consumer properties: print.timestamp, print.partition, print.offset, print.headers,\nprint.key, print.value, key.separator, headers.separator, null.literal."
+    after_help = concat!(
+        "Examples:\n",
+        "  borges consume orders --from-beginning --max-messages 6 --print-partition ",
+        "--print-offset --print-key\n",
+        "  borges consume --topic orders --partition 3 --offset 1 --timeout-ms 2000\n",
+        "  borges consume orders --group audit --property print.key=true --property ",
+        "key.separator=,\n",
+        "\n",
+        "Output: one line per record, with only the fields asked for, in this order, separated ",
+        "by\n",
+        "--key-separator (a tab by default):\n",
+        "  CreateTime:TS  Partition:P  Offset:O  HEADERS  KEY  VALUE\n",
+        "Headers print as k1:v1,k2:v2 (NO_HEADERS when none); null keys and values as ",
+        "--null-literal.\n",
+        "Console-consumer properties: print.timestamp, print.partition, print.offset, ",
+        "print.headers,\n",
+        "print.key, print.value, key.separator, headers.separator, null.literal.",
+    )
 )]
 pub struct ConsumeArgs {
     #[command(flatten)]
@@ -340,7 +418,12 @@ impl GroupSelection {
 pub enum GroupCommand {
     /// List consumer groups, one id per line.
     #[command(
-        after_help = "Examples:\n  borges group list\n  borges group list --state\n  borges group list --format json"
+        after_help = concat!(
+            "Examples:\n",
+            "  borges group list\n",
+            "  borges group list --state\n",
+            "  borges group list --format json",
+        )
     )]
     List {
         /// Print GROUP and STATE columns (as kafka-consumer-groups.sh --list --state).
@@ -351,7 +434,18 @@ pub enum GroupCommand {
     },
     /// Show a group's committed offsets, log-end offsets, lag and owners per partition.
     #[command(
-        after_help = "Examples:\n  borges group describe audit-svc\n  borges group describe --group audit-svc --members --verbose\n  borges group describe --all-groups --state --format json\n\nOutput (columns aligned as kafka-consumer-groups.sh --describe):\n  GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID\n--members: GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS (--verbose: and ASSIGNMENT)\n--state: GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS"
+        after_help = concat!(
+            "Examples:\n",
+            "  borges group describe audit-svc\n",
+            "  borges group describe --group audit-svc --members --verbose\n",
+            "  borges group describe --all-groups --state --format json\n",
+            "\n",
+            "Output (columns aligned as kafka-consumer-groups.sh --describe):\n",
+            "  GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST ",
+            "CLIENT-ID\n",
+            "--members: GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS (--verbose: and ASSIGNMENT)\n",
+            "--state: GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS",
+        )
     )]
     #[command(group(clap::ArgGroup::new("view").multiple(false)))]
     Describe {
@@ -373,13 +467,27 @@ pub enum GroupCommand {
     #[command(group(clap::ArgGroup::new("target").required(true).multiple(false)))]
     #[command(group(clap::ArgGroup::new("scope").required(true).multiple(false)))]
     #[command(
-        after_help = "Examples:\n  borges group reset-offsets audit-svc --topic orders --to-earliest --execute\n  borges group reset-offsets audit-svc --topic orders:0,1 --to-offset 5 --execute\n  borges group reset-offsets audit-svc --all-topics --by-duration PT1H --dry-run\n  borges group reset-offsets --group audit-svc --topic orders --shift-by -10 --execute\n\nWithout --execute nothing changes (a dry run prints the new offsets)."
+        after_help = concat!(
+            "Examples:\n",
+            "  borges group reset-offsets audit-svc --topic orders --to-earliest --execute\n",
+            "  borges group reset-offsets audit-svc --topic orders:0,1 --to-offset 5 --execute\n",
+            "  borges group reset-offsets audit-svc --all-topics --by-duration PT1H --dry-run\n",
+            "  borges group reset-offsets --group audit-svc --topic orders --shift-by -10 ",
+            "--execute\n",
+            "\n",
+            "Without --execute nothing changes (a dry run prints the new offsets).",
+        )
     )]
     ResetOffsets {
         #[command(flatten)]
         groups: GroupSelection,
         /// TOPIC or TOPIC:P,P (only these partitions); repeat for more.
-        #[arg(long = "topic", value_name = "TOPIC[:P,P]", group = "scope", value_parser = parse_topic_partitions)]
+        #[arg(
+            long = "topic",
+            value_name = "TOPIC[:P,P]",
+            group = "scope",
+            value_parser = parse_topic_partitions
+        )]
         topics: Vec<(String, Vec<i32>)>,
         /// Every topic the group has committed offsets for.
         #[arg(long, group = "scope")]
@@ -400,7 +508,12 @@ pub enum GroupCommand {
         #[arg(long, group = "target", value_name = "RFC3339", value_parser = parse_datetime)]
         to_datetime: Option<i64>,
         /// To the first record at or after this long ago (ISO 8601: PT1H, P1DT12H, PT90S).
-        #[arg(long, group = "target", value_name = "DURATION", value_parser = parse_iso_duration_ms)]
+        #[arg(
+            long,
+            group = "target",
+            value_name = "DURATION",
+            value_parser = parse_iso_duration_ms
+        )]
         by_duration: Option<i64>,
         /// Move the committed offsets by N (negative: back), clamped to the log's range.
         #[arg(long, group = "target", value_name = "N", allow_hyphen_values = true)]
@@ -416,7 +529,11 @@ pub enum GroupCommand {
     },
     /// Delete a group without active members, and its committed offsets.
     #[command(
-        after_help = "Examples:\n  borges group delete audit-svc\n  borges group delete --all-groups"
+        after_help = concat!(
+            "Examples:\n",
+            "  borges group delete audit-svc\n",
+            "  borges group delete --all-groups",
+        )
     )]
     Delete {
         #[command(flatten)]

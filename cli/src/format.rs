@@ -68,7 +68,8 @@ impl RecordFields {
             "null.literal" => self.null_literal = value.to_string(),
             _ => {
                 return Err(format!(
-                    "unknown property `{name}` (known: print.timestamp, print.partition, print.offset, \
+                    "unknown property `{name}` (known: print.timestamp, print.partition, \
+                     print.offset, \
                      print.headers, print.key, print.value, key.separator, headers.separator, \
                      headers.key.separator, null.literal)"
                 ))
@@ -714,8 +715,14 @@ mod tests {
             all_configs_lines("orders", &configs),
             vec![
                 "All configs for topic orders are:",
-                "  cleanup.policy=compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact}",
-                "  retention.ms=604800000 sensitive=false synonyms={DEFAULT_CONFIG:retention.ms=604800000}",
+                concat!(
+                    "  cleanup.policy=compact sensitive=false ",
+                    "synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact}"
+                ),
+                concat!(
+                    "  retention.ms=604800000 sensitive=false ",
+                    "synonyms={DEFAULT_CONFIG:retention.ms=604800000}"
+                ),
             ]
         );
     }

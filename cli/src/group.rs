@@ -87,6 +87,10 @@ pub async fn run(config: ClientConfig, command: GroupCommand) -> anyhow::Result<
     }
 }
 
+fn partition_json(tp: &TopicPartition) -> Value {
+    json!({"topic": tp.topic, "partition": tp.partition})
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -251,7 +255,7 @@ fn describe_members(
                 "consumer_id": r.consumer_id,
                 "host": r.host,
                 "client_id": r.client_id,
-                "partitions": r.assignment.iter().map(|tp| json!({"topic": tp.topic, "partition": tp.partition})).collect::<Vec<_>>(),
+                "partitions": r.assignment.iter().map(partition_json).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -378,7 +382,10 @@ impl ResetTarget {
             (.., (_, Some(ms), ..)) => ResetTarget::Time(ms),
             (.., (_, _, Some(ago_ms), _)) => ResetTarget::Time(now_ms().saturating_sub(ago_ms)),
             (.., (.., Some(n))) => ResetTarget::Shift(n),
-            _ => usage!("give one of --to-earliest, --to-latest, --to-current, --to-offset, --to-datetime, --by-duration, --shift-by"),
+            _ => usage!(
+                "give one of --to-earliest, --to-latest, --to-current, --to-offset, \
+                 --to-datetime, --by-duration, --shift-by"
+            ),
         })
     }
 }
@@ -416,7 +423,10 @@ async fn reset(
         Format::Json => {
             let docs: Vec<Value> = rows
                 .iter()
-                .map(|(g, tp, o)| json!({"group": g, "topic": tp.topic, "partition": tp.partition, "new_offset": o}))
+                .map(|(g, tp, o)| {
+                    let (topic, partition) = (&tp.topic, tp.partition);
+                    json!({"group": g, "topic": topic, "partition": partition, "new_offset": o})
+                })
                 .collect();
             print_json(out, &json!(docs))?;
         }

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use anyhow::Context;
 use borges_client::{
-    Admin, AlterConfig, ClientConfig, ClientError, ConfigEntry, ErrorCode, NewTopic, OffsetSpec,
-    TopicDescription, TopicPartition,
+    Admin, AlterConfig, ClientConfig, ClientError, ConfigEntry, ErrorCode, ListedOffset, NewTopic,
+    OffsetSpec, TopicDescription, TopicPartition,
 };
 use serde_json::{json, Value};
 
@@ -28,8 +28,8 @@ pub async fn run(config: ClientConfig, command: TopicCommand) -> anyhow::Result<
             configs,
             if_not_exists,
         } => {
-            let mut topic = NewTopic::new(name.name(), partitions.unwrap_or(-1))
-                .replication_factor(replication_factor.unwrap_or(-1));
+            let mut topic = NewTopic::new(name.name(), partitions.unwrap_or(-1));
+            topic.replication_factor = replication_factor.unwrap_or(-1);
             topic.configs = configs;
             create(&admin, topic, if_not_exists).await?
         }
@@ -41,8 +41,7 @@ pub async fn run(config: ClientConfig, command: TopicCommand) -> anyhow::Result<
         } => {
             let names = match name.name() {
                 Some(name) => vec![name.to_string()],
-                None if exclude_internal => admin.list_topics().await?,
-                None => admin.list_all_topics().await?,
+                None => topic_names(&admin, exclude_internal).await?,
             };
             return describe(&admin, &mut out, &names, all_configs, format.format).await;
         }
@@ -50,11 +49,7 @@ pub async fn run(config: ClientConfig, command: TopicCommand) -> anyhow::Result<
             exclude_internal,
             format,
         } => {
-            let names = if exclude_internal {
-                admin.list_topics().await?
-            } else {
-                admin.list_all_topics().await?
-            };
+            let names = topic_names(&admin, exclude_internal).await?;
             if format.format == Format::Json {
                 return Ok(print_json(&mut out, &json!(names))?);
             }
@@ -67,32 +62,45 @@ pub async fn run(config: ClientConfig, command: TopicCommand) -> anyhow::Result<
             delete_configs,
             partitions,
             if_exists,
-        } => match alter(&admin, name.name(), configs, delete_configs, partitions).await {
-            Err(e) if if_exists && e.downcast_ref().is_some_and(is_unknown_topic) => Vec::new(),
-            other => other?,
-        },
+        } => {
+            let altered = alter(&admin, name.name(), configs, delete_configs, partitions).await;
+            if_exists_ok(altered, if_exists)?
+        }
         TopicCommand::Offsets {
             name,
             time,
             partitions,
             format,
         } => {
-            let time = time.as_deref().map(offset_spec).transpose()?;
-            return offsets(
-                &admin,
-                &mut out,
-                name.name(),
-                time,
-                &partitions,
-                format.format,
-            )
-            .await;
+            let spec = time.as_deref().map(offset_spec).transpose()?;
+            let (topic, format) = (name.name(), format.format);
+            return offsets(&admin, &mut out, topic, spec, &partitions, format).await;
         }
     };
     for line in lines {
         writeln!(out, "{line}")?;
     }
     Ok(())
+}
+
+/// With `--if-exists`, a missing topic is success without output.
+fn if_exists_ok(
+    result: anyhow::Result<Vec<String>>,
+    if_exists: bool,
+) -> anyhow::Result<Vec<String>> {
+    match result {
+        Err(e) if if_exists && e.downcast_ref().is_some_and(is_unknown_topic) => Ok(Vec::new()),
+        other => other,
+    }
+}
+
+/// Every topic's name, sorted, internal topics included unless `exclude_internal`.
+async fn topic_names(admin: &Admin, exclude_internal: bool) -> anyhow::Result<Vec<String>> {
+    Ok(if exclude_internal {
+        admin.list_topics().await?
+    } else {
+        admin.list_all_topics().await?
+    })
 }
 
 /// Creates `topic`; with `if_not_exists` an existing topic is no error (and no output).
@@ -221,7 +229,8 @@ fn offset_spec(time: &str) -> anyhow::Result<OffsetSpec> {
             _ => match parse_rfc3339_ms(text) {
                 Some(ms) => OffsetSpec::Timestamp(ms),
                 None => usage!(
-                    "--time `{text}`: expected earliest, latest, max-timestamp, -1, -2, -3, ms since the epoch or an RFC 3339 time"
+                    "--time `{text}`: expected earliest, latest, max-timestamp, -1, -2, -3, \
+                     ms since the epoch or an RFC 3339 time"
                 ),
             },
         },
@@ -236,34 +245,11 @@ async fn offsets(
     only: &[i32],
     format: Format,
 ) -> anyhow::Result<()> {
-    let described = admin.describe_topics(&[topic]).await?;
-    let partitions: Vec<TopicPartition> = described[0]
-        .partitions
-        .iter()
-        .map(|p| TopicPartition::new(topic, p.partition))
-        .filter(|tp| only.is_empty() || only.contains(&tp.partition))
-        .collect();
-    if let Some(missing) = only
-        .iter()
-        .find(|p| !partitions.iter().any(|tp| tp.partition == **p))
-    {
-        usage!("topic {topic} has no partition {missing}");
-    }
+    let partitions = chosen_partitions(admin, topic, only).await?;
     let query = |spec: OffsetSpec| partitions.iter().map(|tp| (tp.clone(), spec)).collect();
     if let Some(spec) = spec {
-        // kafka-get-offsets.sh: TOPIC:PARTITION:OFFSET.
         let listed = admin.list_offsets(query(spec)).await?;
-        if format == Format::Json {
-            let rows: Vec<Value> = listed
-                .iter()
-                .map(|l| json!({"topic": topic, "partition": l.topic_partition.partition, "offset": l.offset, "timestamp": l.timestamp}))
-                .collect();
-            return Ok(print_json(out, &json!(rows))?);
-        }
-        for l in listed {
-            writeln!(out, "{topic}:{}:{}", l.topic_partition.partition, l.offset)?;
-        }
-        return Ok(());
+        return offsets_at(out, topic, &listed, format);
     }
     let starts = admin.list_offsets(query(OffsetSpec::Earliest)).await?;
     let ends = admin
@@ -280,19 +266,66 @@ async fn offsets(
             size_bytes: e.size_bytes,
         })
         .collect();
-    match format {
-        Format::Json => {
-            let docs: Vec<Value> = rows
-                .iter()
-                .map(|r| json!({"topic": topic, "partition": r.partition, "log_start_offset": r.log_start, "high_watermark": r.high_watermark, "size_bytes": r.size_bytes}))
-                .collect();
-            print_json(out, &json!(docs))?;
-        }
-        Format::Text => {
-            for line in offsets_table(topic, &rows) {
-                writeln!(out, "{}", line.trim_end())?;
-            }
-        }
+    if format == Format::Json {
+        let docs: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                json!({"topic": topic, "partition": r.partition,
+                    "log_start_offset": r.log_start, "high_watermark": r.high_watermark,
+                    "size_bytes": r.size_bytes})
+            })
+            .collect();
+        return Ok(print_json(out, &json!(docs))?);
+    }
+    for line in offsets_table(topic, &rows) {
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+/// The partitions of `topic` in `only` (every one when empty); a partition the topic lacks is
+/// a usage error.
+async fn chosen_partitions(
+    admin: &Admin,
+    topic: &str,
+    only: &[i32],
+) -> anyhow::Result<Vec<TopicPartition>> {
+    let described = admin.describe_topics(&[topic]).await?;
+    let partitions: Vec<TopicPartition> = described[0]
+        .partitions
+        .iter()
+        .map(|p| TopicPartition::new(topic, p.partition))
+        .filter(|tp| only.is_empty() || only.contains(&tp.partition))
+        .collect();
+    if let Some(missing) = only
+        .iter()
+        .find(|p| !partitions.iter().any(|tp| tp.partition == **p))
+    {
+        usage!("topic {topic} has no partition {missing}");
+    }
+    Ok(partitions)
+}
+
+/// `--time`: kafka-get-offsets.sh's `TOPIC:PARTITION:OFFSET` lines (or JSON).
+fn offsets_at(
+    out: &mut impl Write,
+    topic: &str,
+    listed: &[ListedOffset],
+    format: Format,
+) -> anyhow::Result<()> {
+    if format == Format::Json {
+        let rows: Vec<Value> = listed
+            .iter()
+            .map(|l| {
+                let partition = l.topic_partition.partition;
+                json!({"topic": topic, "partition": partition, "offset": l.offset,
+                    "timestamp": l.timestamp})
+            })
+            .collect();
+        return Ok(print_json(out, &json!(rows))?);
+    }
+    for l in listed {
+        writeln!(out, "{topic}:{}:{}", l.topic_partition.partition, l.offset)?;
     }
     Ok(())
 }

@@ -33,6 +33,41 @@ async fn produce(config: &ClientConfig, from: usize, n: usize) {
     producer.close().await.unwrap();
 }
 
+/// Samples `group`'s committed offsets every 50 ms and panics if one ever moves backwards;
+/// `checked` counts the samples that saw at least one committed offset.
+async fn watch_offsets(
+    config: &ClientConfig,
+    group: &'static str,
+    checked: Arc<AtomicU32>,
+) -> tokio::task::JoinHandle<u32> {
+    let admin = Admin::new(config.clone()).await.unwrap();
+    tokio::spawn(async move {
+        let mut seen: std::collections::HashMap<i32, i64> = Default::default();
+        let mut samples = 0u32;
+        loop {
+            if let Ok(offsets) = admin.list_group_offsets(group).await {
+                if !offsets.is_empty() {
+                    checked.fetch_add(1, Ordering::Relaxed);
+                }
+                for (tp, offset) in offsets {
+                    let last = seen.entry(tp.partition).or_insert(offset);
+                    assert!(
+                        offset >= *last,
+                        "committed offset of partition {} moved back from {last} to {offset}",
+                        tp.partition
+                    );
+                    *last = offset;
+                }
+                samples += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if samples > 10_000 {
+                return samples;
+            }
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_member_process_loses_its_partitions_to_the_survivor_without_loss() {
     let broker = BrokerProcess::start();
@@ -46,38 +81,8 @@ async fn a_killed_member_process_loses_its_partitions_to_the_survivor_without_lo
 
     // Throughout the test, committed offsets of the group are sampled: they must never move
     // backwards, whatever happens to its members.
-    // Samples that saw at least one committed offset: the check must have had something to
-    // check.
     let checked = Arc::new(AtomicU32::new(0));
-    let watcher = {
-        let admin = Admin::new(config.clone()).await.unwrap();
-        let checked = checked.clone();
-        tokio::spawn(async move {
-            let mut seen: std::collections::HashMap<i32, i64> = Default::default();
-            let mut samples = 0u32;
-            loop {
-                if let Ok(offsets) = admin.list_group_offsets("crew").await {
-                    if !offsets.is_empty() {
-                        checked.fetch_add(1, Ordering::Relaxed);
-                    }
-                    for (tp, offset) in offsets {
-                        let last = seen.entry(tp.partition).or_insert(offset);
-                        assert!(
-                            offset >= *last,
-                            "committed offset of partition {} moved back from {last} to {offset}",
-                            tp.partition
-                        );
-                        *last = offset;
-                    }
-                    samples += 1;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                if samples > 10_000 {
-                    return samples;
-                }
-            }
-        })
-    };
+    let watcher = watch_offsets(&config, "crew", checked.clone()).await;
 
     // Member 1: a `borges consume --group` process with a 2 s session.
     let mut child = Command::new(env!("CARGO_BIN_EXE_borges"))

@@ -2,7 +2,8 @@
 //! `Stream`), commits, leaves. Run it twice with the same group to see the partitions split.
 //!
 //! ```text
-//! cargo run -p borges-client --example group_consume -- --bootstrap 127.0.0.1:9292 --topic example-topic --group example-group
+//! cargo run -p borges-client --example group_consume -- \
+//!     --bootstrap 127.0.0.1:9292 --topic example-topic --group example-group
 //! ```
 
 use std::process::ExitCode;

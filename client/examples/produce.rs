@@ -2,7 +2,8 @@
 //! for each acknowledgement.
 //!
 //! ```text
-//! cargo run -p borges-client --example produce -- --bootstrap 127.0.0.1:9292 --topic example-topic --count 10
+//! cargo run -p borges-client --example produce -- \
+//!     --bootstrap 127.0.0.1:9292 --topic example-topic --count 10
 //! ```
 
 use std::process::ExitCode;

@@ -81,3 +81,15 @@ pub fn stderr(output: &Output) -> String {
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text.trim_end()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
+
+/// `borges` with the words of `line` as arguments (no quoting: for arguments without spaces).
+pub fn run(broker: &BrokerProcess, line: &str) -> Output {
+    let args: Vec<&str> = line.split_whitespace().collect();
+    borges(broker, &args, None)
+}
+
+/// [`run`] with `stdin` as standard input.
+pub fn run_with_input(broker: &BrokerProcess, line: &str, stdin: &str) -> Output {
+    let args: Vec<&str> = line.split_whitespace().collect();
+    borges(broker, &args, Some(stdin))
+}

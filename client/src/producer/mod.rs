@@ -577,7 +577,8 @@ fn warn_retry(inner: &Inner, batch: &ProducerBatch, e: &ClientError) {
     let key = format!("{}-{} {kind}", batch.topic, batch.partition);
     if inner.warnings.allow(&key) {
         tracing::warn!(
-            "producing to {}-{} failed: {e}; retrying until delivery_timeout_ms ({} ms) after the record was sent",
+            "producing to {}-{} failed: {e}; retrying until delivery_timeout_ms ({} ms) \
+             after the record was sent",
             batch.topic,
             batch.partition,
             inner.config.delivery_timeout_ms
