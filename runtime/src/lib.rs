@@ -10,6 +10,8 @@
 //! - [`sync`]: single-core notification primitives.
 //! - [`net`]: TCP listeners and streams, `send_file` that never stalls the core.
 //! - [`channel`]: bounded cross-core channels (a full mesh).
+//! - [`side`]: detached tasks, named sleeps and a side executor thread for libraries written
+//!   for tokio-style runtimes (the Raft node).
 //!
 //! Types from this crate live on the core that created them unless they say otherwise.
 
@@ -18,6 +20,7 @@ pub mod executor;
 pub mod fault;
 pub mod fs;
 pub mod net;
+pub mod side;
 pub mod sync;
 pub mod task;
 pub mod time;
