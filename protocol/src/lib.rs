@@ -8,6 +8,7 @@
 //! - [`records`]: the record format's rules, checked field by field (over memory or a zstd
 //!   stream); the rule a bad record breaks ([`records::RecordRule`]).
 //! - [`message`]: verified decoding of flatbuffers messages, payload ranges, frame encoding.
+//! - [`controller_link`]: API keys of the controller link (Raft and cluster requests).
 //! - [`error`]: the wire [`ErrorCode`] enum and the crate's [`DecodeError`].
 //! - [`partitioner`]: Kafka's murmur2 keyed partitioner.
 
@@ -15,6 +16,7 @@
 
 pub mod api;
 pub mod batch;
+pub mod controller_link;
 pub mod error;
 pub mod frame;
 pub mod message;
