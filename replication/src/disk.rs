@@ -51,6 +51,8 @@ impl Tracked {
 struct Model {
     paths: Mutex<HashMap<PathBuf, Tracked>>,
     sync_delay_ms: AtomicU64,
+    /// The power went out: syncs no longer make anything durable.
+    cut: std::sync::atomic::AtomicBool,
 }
 
 impl Model {
@@ -87,6 +89,9 @@ impl Model {
     }
 
     fn synced_file(&self, path: &Path) {
+        if self.cut.load(Ordering::SeqCst) {
+            return;
+        }
         let now = std::fs::read(path).unwrap_or_default();
         self.with(|paths| {
             Self::track(paths, path);
@@ -131,6 +136,9 @@ impl Model {
     }
 
     fn synced_dir(&self, dir: &Path) {
+        if self.cut.load(Ordering::SeqCst) {
+            return;
+        }
         self.with(|paths| {
             for (path, t) in paths.iter_mut() {
                 if path.parent() != Some(dir) {
@@ -146,6 +154,7 @@ impl Model {
 
     fn power_loss(&self) -> io::Result<()> {
         let paths = self.with(std::mem::take);
+        self.cut.store(false, Ordering::SeqCst);
         for (path, t) in paths {
             match t.after_power_loss() {
                 Some(data) => std::fs::write(&path, data)?,
@@ -189,8 +198,18 @@ impl Disk {
         }
     }
 
-    /// Makes every fdatasync wait this long first (tests: widens the window between writing
-    /// data and making it durable). No effect on the real disk.
+    /// The power goes out now: from here on no sync makes anything durable, so a later
+    /// [`Disk::power_loss`] restores the state of this instant (the node may go on running
+    /// until it is stopped). No effect on the real disk.
+    pub fn cut_power_now(&self) {
+        if let Some(m) = &self.model {
+            m.cut.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Makes every fdatasync of an appended file wait this long first (tests: a slow log
+    /// device widens the window between writing data and making it durable; small files
+    /// replaced whole are not slowed). No effect on the real disk.
     pub fn set_sync_delay(&self, delay: Duration) {
         if let Some(m) = &self.model {
             m.sync_delay_ms
@@ -247,7 +266,7 @@ impl Disk {
         self.remove(&tmp).await?;
         let file = self.open_append(&tmp, true).await?;
         file.write_at(contents, 0).await?;
-        file.sync().await?;
+        file.sync_now().await?;
         file.close().await?;
         if let Some(m) = &self.model {
             m.renamed(&tmp, path);
@@ -284,6 +303,11 @@ impl LogFile {
     /// fdatasync: the data written so far (and the size) survive a power cut.
     pub async fn sync(&self) -> io::Result<()> {
         self.disk.before_sync().await;
+        self.sync_now().await
+    }
+
+    /// fdatasync without the test delay (small files replaced whole).
+    async fn sync_now(&self) -> io::Result<()> {
         self.file.sync_data().await?;
         if let Some(m) = &self.disk.model {
             m.synced_file(&self.path);

@@ -6,6 +6,9 @@
 //! - [`disk`]: the node's file IO, with a power-loss model for tests.
 //! - [`log_store`]: the durable Raft log, vote and committed position.
 //! - [`sm_store`]: the state machine and its durable snapshots.
+//! - [`link`]: the controller link (frames, Hello, messages, a blocking client).
+//! - [`network`]: openraft's network over the link, and the node's tuning.
+//! - [`node`]: one quorum member: storage, Raft, the controller listener.
 
 // openraft's error types (StorageError, RPCError, RaftError) are large by design; results
 // carrying them are what its traits require.
@@ -13,7 +16,10 @@
 
 pub mod disk;
 pub mod error;
+pub mod link;
 pub mod log_store;
+pub mod network;
+pub mod node;
 pub mod rt;
 pub mod sm_store;
 pub mod types;
