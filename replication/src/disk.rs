@@ -365,12 +365,12 @@ mod tests {
             a.sync().await.unwrap();
             disk.sync_dir(&d).await.unwrap();
             a.write_at(b"-lost".to_vec(), 7).await.unwrap();
+            // A durable replacement survives (it fsyncs the directory).
+            disk.replace(&d.join("c"), b"one".to_vec()).await.unwrap();
             // A synced file whose name was never made durable disappears.
             let b = disk.open_append(&d.join("b"), true).await.unwrap();
             b.write_at(b"x".to_vec(), 0).await.unwrap();
             b.sync().await.unwrap();
-            // A durable replacement survives.
-            disk.replace(&d.join("c"), b"one".to_vec()).await.unwrap();
         });
         std::fs::write(dir.path().join("untouched"), b"u").unwrap();
         model.power_loss().unwrap();
