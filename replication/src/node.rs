@@ -11,7 +11,7 @@
 //! A `RaftNode` lives on the executor that started it (in a broker, the side executor for the
 //! controller); everything it owns is touched only there.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +21,8 @@ use std::sync::Arc;
 use borges_protocol::controller_link::ControllerApiKey;
 use borges_protocol::frame::Frame;
 use borges_runtime::net::TcpListener;
+use borges_runtime::sync::Notify;
+use futures_lite::future;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, SnapshotPolicy};
 
@@ -112,9 +114,10 @@ struct Shared<S: StateMachine> {
     config: NodeConfig,
     raft: Raft<S>,
     sm: StateMachineStore<S>,
-    /// Connections being served, by a serial number (their tasks, to cancel at a stop).
-    connections: RefCell<BTreeMap<u64, borges_runtime::side::JoinHandle<()>>>,
-    connection_serial: Cell<u64>,
+    /// Connections being served.
+    connections: Cell<usize>,
+    /// Bumped once to stop the listener and every connection.
+    stop: Rc<Notify>,
 }
 
 /// A running node. Lives on the executor that started it.
@@ -164,10 +167,15 @@ impl<S: StateMachine> RaftNode<S> {
             config,
             raft,
             sm,
-            connections: RefCell::new(BTreeMap::new()),
-            connection_serial: Cell::new(0),
+            connections: Cell::new(0),
+            stop: Notify::new(),
         });
-        let accept = borges_runtime::side::spawn_detached(accept_loop(shared.clone(), listener));
+        let stop_generation = shared.stop.generation();
+        let accept = borges_runtime::side::spawn_detached(accept_loop(
+            shared.clone(),
+            listener,
+            stop_generation,
+        ));
         let node = RaftNode { shared, accept };
         node.initialize_if_new().await?;
         Ok(node)
@@ -251,8 +259,9 @@ impl<S: StateMachine> RaftNode<S> {
 
     /// Stops Raft, the listener and every connection (a clean stop).
     pub async fn shutdown(self) {
+        let shared = self.shared.clone();
         self.close_listener().await;
-        if let Err(e) = self.shared.raft.shutdown().await {
+        if let Err(e) = shared.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
     }
@@ -264,14 +273,20 @@ impl<S: StateMachine> RaftNode<S> {
         self.close_listener().await;
     }
 
-    async fn close_listener(&self) {
-        self.accept.cancel();
-        let connections = std::mem::take(&mut *self.shared.connections.borrow_mut());
-        for task in connections.values() {
-            task.cancel();
+    async fn close_listener(self) {
+        let RaftNode { shared, accept, .. } = self;
+        shared.stop.notify_all();
+        // The listener and the connections end at their next poll, woken by the stop.
+        let waited = future::or(async { accept.await.is_some() }, async {
+            borges_runtime::time::sleep(std::time::Duration::from_secs(1)).await;
+            false
+        });
+        if !waited.await {
+            tracing::warn!("controller listener did not stop within 1 s");
         }
-        // Cancelled tasks are dropped (closing their sockets) when the executor next runs them.
-        borges_runtime::time::sleep(std::time::Duration::from_millis(1)).await;
+        while shared.connections.get() > 0 {
+            borges_runtime::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 }
 
@@ -343,17 +358,23 @@ async fn write<S: StateMachine>(
     }
 }
 
-async fn accept_loop<S: StateMachine>(shared: Rc<Shared<S>>, listener: TcpListener) {
+async fn accept_loop<S: StateMachine>(shared: Rc<Shared<S>>, listener: TcpListener, stop: u64) {
     loop {
-        let stream = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
+        let accepted = future::or(async { Some(listener.accept().await) }, async {
+            shared.stop.changed_since(stop).await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => return,
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
                 tracing::warn!(error = %e, "controller listener accept");
                 borges_runtime::time::sleep(std::time::Duration::from_millis(10)).await;
                 continue;
             }
         };
-        if shared.connections.borrow().len() >= shared.config.link.connections_max {
+        if shared.connections.get() >= shared.config.link.connections_max {
             tracing::warn!(
                 connections_max = shared.config.link.connections_max,
                 "controller listener: too many connections, closing a new one"
@@ -361,18 +382,19 @@ async fn accept_loop<S: StateMachine>(shared: Rc<Shared<S>>, listener: TcpListen
             drop(stream);
             continue;
         }
-        let serial = shared.connection_serial.get() + 1;
-        shared.connection_serial.set(serial);
+        shared.connections.set(shared.connections.get() + 1);
         let conn = FrameConn::new(stream, shared.config.link.frame_size_bytes_max);
         let s = shared.clone();
-        let task = borges_runtime::side::spawn_detached(async move {
-            if let Err(e) = serve(&s, conn).await {
+        borges_runtime::side::spawn_detached(async move {
+            let served = future::or(async { Some(serve(&s, conn).await) }, async {
+                s.stop.changed_since(stop).await;
+                None
+            });
+            if let Some(Err(e)) = served.await {
                 tracing::debug!(error = %e, "controller-link connection ended");
             }
-            s.connections.borrow_mut().remove(&serial);
+            s.connections.set(s.connections.get() - 1);
         });
-        // The task runs only after this returns to the executor, so it finds itself here.
-        shared.connections.borrow_mut().insert(serial, task);
     }
 }
 

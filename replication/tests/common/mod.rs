@@ -90,9 +90,31 @@ pub mod cluster {
         pub tuning: RaftTuning,
     }
 
+    /// A free port below the kernel's ephemeral range (32768 and up), so that a node that
+    /// restarts on it does not find it taken by some connection's ephemeral source port.
     fn free_port() -> u16 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr").port()
+        use std::sync::atomic::{AtomicU16, Ordering};
+        static NEXT: AtomicU16 = AtomicU16::new(0);
+        if NEXT.load(Ordering::Relaxed) == 0 {
+            let seed = (std::process::id() as u64 * 7919
+                + std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos() as u64))
+                % 12000;
+            let _ =
+                NEXT.compare_exchange(0, 20000 + seed as u16, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        loop {
+            let port = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = if port >= 32000 {
+                20000 + port % 12000
+            } else {
+                port
+            };
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
     }
 
     impl Cluster {
@@ -129,7 +151,25 @@ pub mod cluster {
         }
 
         /// Starts node `id` (a voter if it is among the voters, else a learner).
+        ///
+        /// The port of a node stopped in this process may stay taken for a moment after its
+        /// thread ended (the kernel tears down the executor's io_uring, which still holds the
+        /// listening socket, asynchronously); a start that finds it taken tries again.
         pub fn start(&mut self, id: u64) -> Result<(), String> {
+            let started = Instant::now();
+            loop {
+                match self.start_once(id) {
+                    Err(e)
+                        if e.contains("Address already in use") && started.elapsed() < WAIT_MAX =>
+                    {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    other => return other,
+                }
+            }
+        }
+
+        fn start_once(&mut self, id: u64) -> Result<(), String> {
             let voters = self.voters.clone();
             let tuning = self.tuning.clone();
             let m = self.members.get_mut(&id).expect("member");
