@@ -133,7 +133,6 @@ fn recovery_cuts_a_torn_or_corrupt_tail_and_drops_what_follows() {
     let mut bytes = std::fs::read(second).unwrap();
     bytes[20] ^= 0x40;
     std::fs::write(second, bytes).unwrap();
-    // And a torn record at the end of the first segment's file would be cut the same way.
     let d = dir.path().to_path_buf();
     run(async move {
         let mut log = open(&d, &Disk::real()).await;
