@@ -3,7 +3,11 @@
 //! Every durable step of the Raft storage goes through [`Disk`]: appending to a log segment,
 //! fdatasync of a file, fsync of a directory, atomic replacement of a small file (write a
 //! temporary, fdatasync it, rename it over the target, fsync the directory), removal. The real
-//! disk does exactly those system calls through `borges_runtime::fs` (io_uring, buffered).
+//! disk makes exactly those system calls, blocking, on the Raft node's own executor thread: the
+//! metadata log writes little, a blocking fdatasync there delays only Raft's own work (which
+//! waits for it anyway), and it stays clear of glommio 0.9's file paths, one of which parked a
+//! test executor in `io_uring_enter` for good here (a lost completion wake-up, as the runtime
+//! crate documents for truncate and rename).
 //!
 //! [`Disk::with_power_loss_model`] adds a model of what survives a power cut, fed by the same
 //! calls: a file's data is what its last fdatasync saw, and a name (created, renamed or removed)
@@ -20,8 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-
-use borges_runtime::fs::BufferedFile;
 
 /// What the model knows of one path.
 #[derive(Debug, Clone, Default)]
@@ -222,7 +224,12 @@ impl Disk {
     pub async fn open_append(&self, path: &Path, create: bool) -> io::Result<LogFile> {
         let existed = path.exists();
         // The model must see an existing file before this node writes to it.
-        let file = BufferedFile::open_write(path, create).await?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
         match (&self.model, existed) {
             (Some(m), false) => m.created(path),
             (Some(m), true) => m.with(|paths| Model::track(paths, path)),
@@ -237,7 +244,7 @@ impl Disk {
 
     /// fsyncs a directory: names created, renamed or removed in it become durable.
     pub async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        borges_runtime::fs::sync_dir_async(dir).await?;
+        std::fs::File::open(dir)?.sync_all()?;
         if let Some(m) = &self.model {
             m.synced_dir(dir);
         }
@@ -249,7 +256,7 @@ impl Disk {
         if let Some(m) = &self.model {
             m.removed(path);
         }
-        match borges_runtime::fs::remove_file(path).await {
+        match std::fs::remove_file(path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
         }
@@ -271,7 +278,7 @@ impl Disk {
         if let Some(m) = &self.model {
             m.renamed(&tmp, path);
         }
-        borges_runtime::fs::rename(&tmp, path).await?;
+        std::fs::rename(&tmp, path)?;
         self.sync_dir(dir).await
     }
 
@@ -287,7 +294,7 @@ impl Disk {
 
 /// A file written at chosen positions (log segments, temporaries). Lives on one executor.
 pub struct LogFile {
-    file: BufferedFile,
+    file: std::fs::File,
     path: PathBuf,
     disk: Disk,
 }
@@ -297,7 +304,8 @@ impl LogFile {
     ///
     /// [`sync`]: LogFile::sync
     pub async fn write_at(&self, bytes: Vec<u8>, position: u64) -> io::Result<()> {
-        self.file.write_all_at(bytes, position).await
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(&bytes, position)
     }
 
     /// fdatasync: the data written so far (and the size) survive a power cut.
@@ -308,7 +316,7 @@ impl LogFile {
 
     /// fdatasync without the test delay (small files replaced whole).
     async fn sync_now(&self) -> io::Result<()> {
-        self.file.sync_data().await?;
+        self.file.sync_data()?;
         if let Some(m) = &self.disk.model {
             m.synced_file(&self.path);
         }
@@ -317,20 +325,22 @@ impl LogFile {
 
     /// Cuts the file to `size` bytes (durable after [`LogFile::sync`]).
     pub async fn truncate(&self, size: u64) -> io::Result<()> {
-        self.file.truncate(size).await
+        self.file.set_len(size)
     }
 
     /// The file size.
     pub async fn size(&self) -> io::Result<u64> {
-        self.file.size().await
+        Ok(self.file.metadata()?.len())
     }
 
     /// The whole file.
     pub async fn read_all(&self) -> io::Result<Vec<u8>> {
-        let size = self.size().await?;
-        let size = usize::try_from(size)
+        use std::os::unix::fs::FileExt;
+        let size = usize::try_from(self.size().await?)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
-        self.file.read_exact_at(0, size).await
+        let mut out = vec![0u8; size];
+        self.file.read_exact_at(&mut out, 0)?;
+        Ok(out)
     }
 
     /// The file's path.
@@ -340,7 +350,8 @@ impl LogFile {
 
     /// Closes the file.
     pub async fn close(self) -> io::Result<()> {
-        self.file.close().await
+        drop(self.file);
+        Ok(())
     }
 }
 
