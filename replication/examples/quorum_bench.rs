@@ -23,10 +23,8 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let writes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let trials: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20);
+/// The default tuning with the timers from the environment.
+fn tuning_from_env() -> RaftTuning {
     let env = |name: &str, default: u64| {
         std::env::var(name)
             .ok()
@@ -34,22 +32,17 @@ fn main() {
             .unwrap_or(default)
     };
     let d = RaftTuning::default();
-    let tuning = RaftTuning {
+    RaftTuning {
         heartbeat_interval_ms: env("HEARTBEAT_MS", d.heartbeat_interval_ms),
         election_timeout_ms: env("ELECTION_MS", d.election_timeout_ms),
         election_stagger_ms: env("STAGGER_MS", d.election_stagger_ms),
         election_window_ms: env("WINDOW_MS", d.election_window_ms),
         ..d
-    };
-    println!("{tuning:?}");
-    let mut c = Cluster::new(3, 0, tuning);
-    let started = Instant::now();
-    for id in 1..=3 {
-        c.start(id).expect("node starts");
     }
-    let (mut leader, term_before) = c.wait_leader();
-    let formation_ms = started.elapsed().as_secs_f64() * 1e3;
+}
 
+/// Sequential writes through the leader: sorted latencies (ms) and the leader at the end.
+fn measure_writes(c: &Cluster, mut leader: u64, writes: usize) -> (Vec<f64>, u64) {
     let mut client = c.client(leader).expect("client");
     let mut lat = Vec::with_capacity(writes);
     for i in 0..writes {
@@ -68,24 +61,44 @@ fn main() {
         lat.push(t.elapsed().as_secs_f64() * 1e3);
     }
     lat.sort_by(f64::total_cmp);
-    let term_after = c.status(leader).map(|s| s.term).unwrap_or(0);
+    (lat, leader)
+}
 
+/// Crashes the leader `trials` times: sorted times (ms) to the next committed write.
+fn measure_failovers(c: &mut Cluster, mut leader: u64, trials: usize) -> Vec<f64> {
     let mut failover = Vec::with_capacity(trials);
     for trial in 0..trials {
         c.crash(leader);
         let t = Instant::now();
-        c.write(&format!("after-crash-{trial}"), "v")
-            .expect("write after failover");
+        let key = format!("after-crash-{trial}");
+        c.write(&key, "v").expect("write after failover");
         failover.push(t.elapsed().as_secs_f64() * 1e3);
         c.start(leader).expect("old leader restarts");
         (leader, _) = c.wait_leader();
         // Let the restarted node catch up before the next trial.
-        c.wait_state(leader, |s| {
-            s.map.contains_key(&format!("after-crash-{trial}"))
-        });
+        c.wait_state(leader, |s| s.map.contains_key(&key));
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
     failover.sort_by(f64::total_cmp);
+    failover
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let writes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let trials: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20);
+    let tuning = tuning_from_env();
+    println!("{tuning:?}");
+    let mut c = Cluster::new(3, 0, tuning);
+    let started = Instant::now();
+    for id in 1..=3 {
+        c.start(id).expect("node starts");
+    }
+    let (leader, term_before) = c.wait_leader();
+    let formation_ms = started.elapsed().as_secs_f64() * 1e3;
+    let (lat, leader) = measure_writes(&c, leader, writes);
+    let term_after = c.status(leader).map(|s| s.term).unwrap_or(0);
+    let failover = measure_failovers(&mut c, leader, trials);
     println!("formation (start of 3 nodes to an agreed leader): {formation_ms:.0} ms");
     println!(
         "write latency over {writes} sequential writes: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
@@ -98,7 +111,8 @@ fn main() {
         term_after.saturating_sub(term_before)
     );
     println!(
-        "failover (leader crash to next committed write) over {trials} trials: median {:.0} ms, max {:.0} ms",
+        "failover (leader crash to next committed write) over {trials} trials: \
+         median {:.0} ms, max {:.0} ms",
         pct(&failover, 0.5),
         failover[failover.len() - 1]
     );

@@ -373,7 +373,8 @@ async fn leader_of<C: Cfg>(router: &Router<C>, min_term: u64) -> (u64, u64) {
     }
 }
 
-async fn run<C: Cfg>(writes: usize, failovers: usize) -> Figures {
+/// Starts three nodes on the router.
+async fn start_cluster<C: Cfg>() -> Rc<Router<C>> {
     let router = Rc::new(Router::<C> {
         nodes: RefCell::new(BTreeMap::new()),
         cut: RefCell::new(BTreeSet::new()),
@@ -409,15 +410,11 @@ async fn run<C: Cfg>(writes: usize, failovers: usize) -> Figures {
         .expect("raft starts");
         router.nodes.borrow_mut().insert(id, raft);
     }
-    let members: BTreeMap<u64, BasicNode> = (1..=3).map(|i| (i, BasicNode::default())).collect();
-    let started = Instant::now();
-    let nodes: Vec<_> = router.nodes.borrow().values().cloned().collect();
-    for raft in &nodes {
-        let _ = raft.initialize(members.clone()).await;
-    }
-    let (mut leader, mut term) = leader_of(&router, 0).await;
-    let election_ms = started.elapsed().as_secs_f64() * 1e3;
+    router
+}
 
+/// Sequential writes through `leader`: sorted latencies (us) and the rate.
+async fn measure_writes<C: Cfg>(router: &Router<C>, leader: u64, writes: usize) -> (Vec<f64>, f64) {
     let mut lat = Vec::with_capacity(writes);
     let started = Instant::now();
     for _ in 0..writes {
@@ -428,12 +425,21 @@ async fn run<C: Cfg>(writes: usize, failovers: usize) -> Figures {
     }
     let writes_per_s = writes as f64 / started.elapsed().as_secs_f64();
     lat.sort_by(f64::total_cmp);
+    (lat, writes_per_s)
+}
 
+/// Cuts the leader off `failovers` times; sorted times (ms) to the next leader.
+async fn measure_failovers<C: Cfg>(
+    router: &Router<C>,
+    mut leader: u64,
+    mut term: u64,
+    failovers: usize,
+) -> Vec<f64> {
     let mut fo = Vec::with_capacity(failovers);
     for _ in 0..failovers {
         router.cut.borrow_mut().insert(leader);
         let t = Instant::now();
-        let (next, next_term) = leader_of(&router, term).await;
+        let (next, next_term) = leader_of(router, term).await;
         fo.push(t.elapsed().as_secs_f64() * 1e3);
         router.cut.borrow_mut().clear();
         // Let the old leader see the new term before the next trial.
@@ -441,6 +447,21 @@ async fn run<C: Cfg>(writes: usize, failovers: usize) -> Figures {
         (leader, term) = (next, next_term);
     }
     fo.sort_by(f64::total_cmp);
+    fo
+}
+
+async fn run<C: Cfg>(writes: usize, failovers: usize) -> Figures {
+    let router = start_cluster::<C>().await;
+    let members: BTreeMap<u64, BasicNode> = (1..=3).map(|i| (i, BasicNode::default())).collect();
+    let started = Instant::now();
+    let nodes: Vec<_> = router.nodes.borrow().values().cloned().collect();
+    for raft in &nodes {
+        let _ = raft.initialize(members.clone()).await;
+    }
+    let (leader, term) = leader_of(&router, 0).await;
+    let election_ms = started.elapsed().as_secs_f64() * 1e3;
+    let (lat, writes_per_s) = measure_writes(&router, leader, writes).await;
+    let fo = measure_failovers(&router, leader, term, failovers).await;
     for raft in &nodes {
         let _ = raft.shutdown().await;
     }
@@ -478,9 +499,15 @@ fn main() {
     };
     for (name, f) in [("glommio", glommio), ("tokio", tokio)] {
         println!(
-            "{name:8} election {:6.1} ms | write p50 {:6.1} us p99 {:6.1} us max {:7.1} us, {:7.0} writes/s | failover p50 {:5.1} ms max {:5.1} ms",
-            f.election_ms, f.write_us.0, f.write_us.1, f.write_us.2, f.writes_per_s,
-            f.failover_ms.0, f.failover_ms.1
+            "{name:8} election {:6.1} ms | write p50 {:6.1} us p99 {:6.1} us max {:7.1} us, \
+             {:7.0} writes/s | failover p50 {:5.1} ms max {:5.1} ms",
+            f.election_ms,
+            f.write_us.0,
+            f.write_us.1,
+            f.write_us.2,
+            f.writes_per_s,
+            f.failover_ms.0,
+            f.failover_ms.1
         );
     }
 }

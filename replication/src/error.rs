@@ -25,7 +25,10 @@ pub enum ReplicationError {
         reason: String,
     },
     /// The directory belongs to another cluster.
-    #[error("{path} belongs to cluster {found}, not to cluster {expected}: refusing to start (a directory is formatted for one cluster)")]
+    #[error(
+        "{path} belongs to cluster {found}, not to cluster {expected}: refusing to start \
+         (a directory is formatted for one cluster)"
+    )]
     ClusterIdMismatch {
         /// The file that says so.
         path: PathBuf,

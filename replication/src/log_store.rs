@@ -10,16 +10,16 @@
 //! indexes starting at its name; a new segment starts once the active one reaches
 //! `segment_size_bytes_max`.
 //!
-//! The contract openraft states (storage/v2.rs) and how it is kept:
+//! The contract openraft states (its `RaftLogStorage` documentation) and how it is kept:
 //! - `append` writes the entries, fdatasyncs the segment (and fsyncs the directory when it
 //!   created the segment), and only then reports `LogFlushed`; the entries are readable when it
 //!   returns.
 //! - `save_vote` returns once the vote is durable (`quorum-state` replaced atomically: temporary,
 //!   fdatasync, rename, directory fsync). So does `save_committed`.
 //! - No holes: an append must continue at the next index (an empty log that never purged starts
-//!   at its first append; an append over existing entries replaces them); recovery stops at the first record
-//!   that is torn, fails its CRC or breaks the index sequence, cuts the file there and removes
-//!   later segments (nothing past that point was ever reported durable).
+//!   at its first append; an append over existing entries replaces them); recovery stops at the
+//!   first record that is torn, fails its CRC or breaks the index sequence, cuts the file there
+//!   and removes later segments (nothing past that point was ever reported durable).
 //! - IO is serialized: every method awaits its IO before returning and openraft awaits every
 //!   call, so no write overtakes an earlier one.
 //! - `purge` records the new log start durably before removing whole segments below it; entries

@@ -176,7 +176,10 @@ impl<S: StateMachine> Peer<S> {
                 .await
                 .map_err(CallError::Unreachable)?;
         if let Err(e) = answer {
-            tracing::warn!(target_node = self.target, addr = %self.addr, error = %e, "controller link refused");
+            tracing::warn!(
+                target_node = self.target, addr = %self.addr, error = %e,
+                "controller link refused"
+            );
             return Err(CallError::Unreachable(e.to_string()));
         }
         Ok(conn)
