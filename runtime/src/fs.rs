@@ -692,8 +692,18 @@ pub async fn prime_device(dir: impl AsRef<Path>) -> io::Result<()> {
         .map(|m| m.len() < 4096)
         .unwrap_or(true);
     if needs_write {
+        // Every core primes the same directory at start-up: a plain write would truncate the
+        // file while another core opens it, and an empty file is exactly what misleads glommio
+        // (one core then parked for good at start-up under load). Written beside and renamed
+        // over, the probe is always either absent or whole.
         std::fs::create_dir_all(dir.as_ref())?;
-        std::fs::write(&path, vec![0u8; 4096])?;
+        let tmp = dir.as_ref().join(format!(
+            ".borges-device-probe.{}.{:?}.tmp",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&tmp, vec![0u8; 4096])?;
+        std::fs::rename(&tmp, &path)?;
     }
     let file = DirectFile::open_read(&path).await?;
     let _ = file.read_at(0, 512).await?;
