@@ -73,5 +73,6 @@ fuzz_target!(|data: &[u8]| {
         DeleteGroups => DeleteGroupsRequest, DeleteGroupsResponse;
         OffsetForLeaderEpoch => OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse;
         CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
+        InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
     );
 });

@@ -92,6 +92,8 @@ api_keys! {
     OffsetForLeaderEpoch = 16, versions = 0..=0, served = false;
     /// Grow a topic's partition count.
     CreatePartitions = 17, versions = 0..=0, served = true;
+    /// A producer id and epoch for an idempotent producer.
+    InitProducerId = 18, versions = 0..=0, served = true;
 }
 
 impl std::fmt::Display for ApiKey {

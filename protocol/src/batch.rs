@@ -410,6 +410,15 @@ impl BatchHeader {
         self.last_offset() + 1
     }
 
+    /// Sequence of the last record for an idempotent producer's batch (wrapping after
+    /// `i32::MAX`); [`NO_SEQUENCE`] when the batch has none.
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return NO_SEQUENCE;
+        }
+        increment_sequence(self.base_sequence, self.last_offset_delta.max(0))
+    }
+
     /// The compression codec.
     pub fn compression(&self) -> Compression {
         // Checked in parse; bits 5..7 cannot appear here.
@@ -581,6 +590,35 @@ pub fn set_crc(batch: &mut [u8]) {
     let size = BatchHeader::parse(batch).map_or(batch.len(), |h| h.size_bytes().min(batch.len()));
     let crc = crc32c::crc32c(&batch[field::ATTRIBUTES.min(size)..size]);
     batch[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Rewrites the idempotent-producer fields of a finished batch (producer id, epoch, base
+/// sequence) in place and recomputes its CRC: they are inside the CRC, unlike base offset and
+/// leader epoch. `batch` must be one whole batch.
+pub fn set_producer_fields(
+    batch: &mut [u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) {
+    assert!(
+        batch.len() >= BATCH_HEADER_SIZE_BYTES,
+        "a batch has a whole header"
+    );
+    batch[field::PRODUCER_ID..field::PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
+    batch[field::PRODUCER_EPOCH..field::PRODUCER_EPOCH + 2]
+        .copy_from_slice(&producer_epoch.to_be_bytes());
+    batch[field::BASE_SEQUENCE..field::BASE_SEQUENCE + 4]
+        .copy_from_slice(&base_sequence.to_be_bytes());
+    set_crc(batch);
+}
+
+/// Sequence numbers run from 0 to `i32::MAX` and then wrap to 0, as in Kafka
+/// (`DefaultRecordBatch.incrementSequence`): `sequence` advanced by `increment` (>= 0).
+pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+    debug_assert!(sequence >= 0 && increment >= 0);
+    let wrapped = (i64::from(sequence) + i64::from(increment)) % (i64::from(i32::MAX) + 1);
+    wrapped as i32
 }
 
 /// Iterates over the batches of a buffer of concatenated batches, validating each one (CRC
@@ -987,6 +1025,14 @@ impl BatchBuilder {
         self.records_count
     }
 
+    /// Sets the idempotent-producer fields written by [`BatchBuilder::build`] (a producer
+    /// learns the batch's sequence only when it sends it).
+    pub fn set_producer(&mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+        self.options.producer_id = producer_id;
+        self.options.producer_epoch = producer_epoch;
+        self.options.base_sequence = base_sequence;
+    }
+
     /// Whether no record was pushed.
     pub fn is_empty(&self) -> bool {
         self.records_count == 0
@@ -1336,5 +1382,38 @@ mod tests {
             &[0x0e, 0x00, 0x00, 0x00, 0x01, 0x02, b'a', 0x00]
         );
         assert_eq!(bytes.len(), 69);
+    }
+
+    #[test]
+    fn sequences_wrap_after_i32_max_as_in_kafka() {
+        assert_eq!(increment_sequence(0, 0), 0);
+        assert_eq!(increment_sequence(5, 3), 8);
+        assert_eq!(increment_sequence(i32::MAX, 1), 0);
+        assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+        let mut b = BatchBuilder::new(BatchOptions::default(), 16);
+        for i in 0..3 {
+            b.push(i, None, Some(b"a"), &[]);
+        }
+        b.set_producer(7, 2, i32::MAX - 1);
+        let header = validate(&b.build().unwrap()).unwrap();
+        assert_eq!((header.producer_id, header.producer_epoch), (7, 2));
+        assert_eq!(header.base_sequence, i32::MAX - 1);
+        assert_eq!(header.last_sequence(), 0);
+        let plain = validate(&sample(Compression::None)).unwrap();
+        assert_eq!(plain.last_sequence(), NO_SEQUENCE);
+    }
+
+    #[test]
+    fn producer_fields_can_be_rewritten_with_a_fresh_crc() {
+        for compression in [Compression::None, Compression::Zstd] {
+            let mut bytes = BytesMut::from(&sample(compression)[..]);
+            let before = validate(&bytes).unwrap();
+            set_producer_fields(&mut bytes, 42, 3, 1000);
+            let after = validate(&bytes).unwrap();
+            assert_ne!(after.crc, before.crc);
+            assert_eq!((after.producer_id, after.producer_epoch), (42, 3));
+            assert_eq!((after.base_sequence, after.last_sequence()), (1000, 1002));
+            assert_eq!(after.records_count, before.records_count);
+        }
     }
 }

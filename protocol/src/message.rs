@@ -148,6 +148,7 @@ api_roots! {
     DeleteGroups => DeleteGroupsRequest, DeleteGroupsResponse;
     OffsetForLeaderEpoch => OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse;
     CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
+    InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
 }
 
 /// A [`wire::PayloadRange`] for `length` bytes at `offset` in the payload region, checked to fit

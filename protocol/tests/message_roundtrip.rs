@@ -147,6 +147,12 @@ gen_tables! {
     FetchTopicResponseT { name, partitions },
     FindCoordinatorRequestT { key_type, keys },
     FindCoordinatorResponseT { error_code, error_message, coordinators },
+    InitProducerIdRequestT {
+        transactional_id, transaction_timeout_ms, producer_id, producer_epoch
+    },
+    InitProducerIdResponseT {
+        error_code, error_message, throttle_time_ms, producer_id, producer_epoch
+    },
     ListGroupsRequestT { states_filter },
     ListGroupsResponseT { error_code, error_message, groups },
     ListOffsetsPartitionT { partition, current_leader_epoch, timestamp },
@@ -291,6 +297,10 @@ round_trips! {
     offset_for_leader_epoch_response: OffsetForLeaderEpoch => OffsetForLeaderEpochResponseT, OffsetForLeaderEpochResponse, response;
     create_partitions_request: CreatePartitions => CreatePartitionsRequestT, CreatePartitionsRequest, request;
     create_partitions_response: CreatePartitions => CreatePartitionsResponseT, CreatePartitionsResponse, response;
+    init_producer_id_request:
+        InitProducerId => InitProducerIdRequestT, InitProducerIdRequest, request;
+    init_producer_id_response:
+        InitProducerId => InitProducerIdResponseT, InitProducerIdResponse, response;
 }
 
 #[test]

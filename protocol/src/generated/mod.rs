@@ -184,5 +184,9 @@ pub mod borges {
     pub use self::offset_for_leader_epoch_topic_result_generated::*;
     mod offset_for_leader_epoch_response_generated;
     pub use self::offset_for_leader_epoch_response_generated::*;
+    mod init_producer_id_request_generated;
+    pub use self::init_producer_id_request_generated::*;
+    mod init_producer_id_response_generated;
+    pub use self::init_producer_id_response_generated::*;
   } // wire
 } // borges
