@@ -23,6 +23,7 @@ use crate::metadata::{
     check_topic_name, MetadataChange, MetadataImage, MetadataStore, PartitionRecord, TopicRecord,
     Uuid, CONSUMER_OFFSETS_TOPIC,
 };
+use crate::producer_ids::{DurableCounter, ProducerIdAndEpoch, ProducerIdManager};
 use crate::topic_config::{self, TopicConfigError};
 
 /// A topic to create.
@@ -99,6 +100,11 @@ pub enum ControllerRequest {
         /// One result per topic.
         reply: oneshot::Sender<Results<()>>,
     },
+    /// InitProducerId: a fresh producer id (not a metadata change: it does not wait for one).
+    InitProducerId {
+        /// One result.
+        reply: oneshot::Sender<Results<ProducerIdAndEpoch>>,
+    },
 }
 
 /// What the controller needs from the broker it runs in. Narrow on purpose: the controller
@@ -138,6 +144,8 @@ pub struct ControllerSettings {
 pub struct Controller {
     settings: ControllerSettings,
     store: RefCell<Option<MetadataStore>>,
+    /// Loaded with the store.
+    producer_ids: RefCell<Option<Rc<ProducerIdManager>>>,
     /// One metadata change at a time.
     lock: Rc<Semaphore>,
 }
@@ -148,6 +156,7 @@ impl Controller {
         Controller {
             settings,
             store: RefCell::new(None),
+            producer_ids: RefCell::new(None),
             lock: Rc::new(Semaphore::new(1)),
         }
     }
@@ -158,8 +167,16 @@ impl Controller {
     pub async fn load(&self, host: &dyn ControllerHost) -> Result<(), BrokerError> {
         let data_dir = self.settings.data_dir.clone();
         let cores = self.settings.cores;
-        let store =
-            task::spawn_blocking(move || MetadataStore::load_or_create(&data_dir, cores)).await?;
+        let (store, counter) = task::spawn_blocking(move || {
+            let store = MetadataStore::load_or_create(&data_dir, cores)?;
+            let meta_dir = MetadataStore::path_in(&data_dir)
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_else(|| data_dir.clone());
+            Ok::<_, BrokerError>((store, DurableCounter::load(&meta_dir)?))
+        })
+        .await?;
+        *self.producer_ids.borrow_mut() = Some(Rc::new(ProducerIdManager::new(Box::new(counter))));
         let image = store.image();
         tracing::info!(
             path = %store.path().display(),
@@ -233,6 +250,13 @@ impl Controller {
 
     /// Executes a controller request and replies.
     pub async fn execute(&self, host: &dyn ControllerHost, request: ControllerRequest) {
+        let request = match request {
+            ControllerRequest::InitProducerId { reply } => {
+                let _ = reply.send(vec![self.init_producer_id().await]);
+                return;
+            }
+            other => other,
+        };
         let lock = self.lock.clone();
         let _permit = lock.acquire_static_permit(1).await;
         match request {
@@ -260,6 +284,18 @@ impl Controller {
             } => {
                 let _ = reply.send(self.create_partitions(host, topics, validate_only).await);
             }
+            ControllerRequest::InitProducerId { .. } => unreachable!("answered above"),
+        }
+    }
+
+    async fn init_producer_id(&self) -> Result<ProducerIdAndEpoch, Failure> {
+        let manager = self.producer_ids.borrow().clone();
+        match manager {
+            Some(m) => m.next().await,
+            None => Err(Failure::new(
+                ErrorCode::Busy,
+                "producer ids are not loaded yet; retry",
+            )),
         }
     }
 

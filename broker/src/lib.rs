@@ -7,7 +7,8 @@
 //! - `lifecycle`, `request_memory`, `admission`, `mesh`: one core's serving/shutdown state, its
 //!   request memory, its connections and listeners, its outboxes to the other cores.
 //! - `partition`: the partitions a core owns (append, read, long poll, offsets).
-//! - `groups`, `controller`: consumer-group coordinators and metadata changes (core 0).
+//! - `groups`, `producer_ids`, `controller`: consumer-group coordinators, producer ids and
+//!   metadata changes (core 0).
 //! - `shard`: one core's services and the messages between cores.
 //! - `wire`, `handlers`, `dispatch`, `frame_reader`, `connection`: requests from the wire to the
 //!   shard and back.
@@ -33,9 +34,12 @@ mod mesh;
 pub mod metadata;
 mod metrics;
 mod partition;
+mod producer_ids;
 mod request_memory;
 mod server;
 mod shard;
+#[cfg(test)]
+mod testing;
 mod topic_config;
 mod types;
 mod wire;

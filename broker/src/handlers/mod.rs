@@ -10,6 +10,7 @@ pub mod groups;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod producer;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,6 +47,7 @@ pub fn served(api: ApiKey) -> bool {
             | ApiKey::ListGroups
             | ApiKey::DescribeGroups
             | ApiKey::DeleteGroups
+            | ApiKey::InitProducerId
     )
 }
 
@@ -71,6 +73,7 @@ pub async fn handle(shard: &Rc<Shard>, api: ApiKey, frame: Frame, peer: &Rc<str>
         | ApiKey::ListGroups
         | ApiKey::DescribeGroups
         | ApiKey::DeleteGroups => Box::pin(groups::handle(shard.clone(), api, frame, peer.clone())),
+        ApiKey::InitProducerId => Box::pin(producer::init_producer_id(shard.clone(), frame)),
         // Not served (see `served`): dispatch refuses it before it gets here.
         ApiKey::OffsetForLeaderEpoch => {
             let failure = Failure::new(ErrorCode::UnsupportedApi, format!("{api} is not served"));
