@@ -74,6 +74,8 @@ pub struct BrokerConfig {
     pub fetch: FetchSettings,
     /// Consumer group settings.
     pub groups: GroupSettings,
+    /// Idempotent-producer state settings.
+    pub producers: ProducerSettings,
     /// Thread-per-core runtime settings.
     pub runtime: RuntimeSettings,
 }
@@ -94,6 +96,7 @@ impl Default for BrokerConfig {
             storage: StorageSettings::default(),
             fetch: FetchSettings::default(),
             groups: GroupSettings::default(),
+            producers: ProducerSettings::default(),
             runtime: RuntimeSettings::default(),
         }
     }
@@ -318,6 +321,52 @@ impl Default for GroupSettings {
     }
 }
 
+/// Idempotent-producer state settings (per partition, on the partition's owning core).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProducerSettings {
+    /// A producer whose newest batch timestamp is this old is forgotten (Kafka's
+    /// `producer.id.expiration.ms`); its retries after that are appended again.
+    pub producer_id_expiration_ms: u64,
+    /// How often expired producers are looked for.
+    pub producer_id_expiration_check_interval_ms: u64,
+    /// Producers remembered per partition; beyond it the least recently active are forgotten.
+    pub producers_per_partition_max: u32,
+    /// A partition whose producer state changed writes a snapshot at most this often; recovery
+    /// replays the log after the newest snapshot.
+    pub producer_snapshot_interval_ms: u64,
+}
+
+impl ProducerSettings {
+    /// Every setting positive (and the expiration within an i64 of milliseconds).
+    fn validate(&self) -> Result<(), String> {
+        let positive = self.producer_id_expiration_ms > 0
+            && self.producer_id_expiration_ms <= i64::MAX as u64
+            && self.producer_id_expiration_check_interval_ms > 0
+            && self.producers_per_partition_max > 0
+            && self.producer_snapshot_interval_ms > 0;
+        if positive {
+            return Ok(());
+        }
+        Err(concat!(
+            "producers.producer_id_expiration_ms, producer_id_expiration_check_interval_ms, ",
+            "producers_per_partition_max and producer_snapshot_interval_ms must be positive"
+        )
+        .into())
+    }
+}
+
+impl Default for ProducerSettings {
+    fn default() -> Self {
+        ProducerSettings {
+            producer_id_expiration_ms: 24 * 3600 * 1000,
+            producer_id_expiration_check_interval_ms: 10 * 60 * 1000,
+            producers_per_partition_max: 50_000,
+            producer_snapshot_interval_ms: 1_000,
+        }
+    }
+}
+
 /// Thread-per-core runtime settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -430,7 +479,7 @@ impl BrokerConfig {
         if g.offsets_topic_partitions == 0 {
             return fail("groups.offsets_topic_partitions must be positive".into());
         }
-        Ok(())
+        self.producers.validate().map_err(BrokerError::Config)
     }
 }
 

@@ -87,6 +87,8 @@ pub struct PartitionStats {
     pub size_bytes: u64,
     /// Segment count.
     pub segments: usize,
+    /// Idempotent producers remembered.
+    pub producers: usize,
 }
 
 impl CoreMetrics {
@@ -346,7 +348,7 @@ fn render_latency(out: &mut String, snapshots: &[MetricsSnapshot]) {
 
 fn render_partitions(out: &mut String, snapshots: &[MetricsSnapshot]) {
     type Getter = fn(&PartitionStats) -> String;
-    let series: [(&str, Getter); 5] = [
+    let series: [(&str, Getter); 6] = [
         ("borges_partition_log_start_offset", |p| {
             p.log_start_offset.to_string()
         }),
@@ -358,6 +360,7 @@ fn render_partitions(out: &mut String, snapshots: &[MetricsSnapshot]) {
         }),
         ("borges_partition_size_bytes", |p| p.size_bytes.to_string()),
         ("borges_partition_segments", |p| p.segments.to_string()),
+        ("borges_partition_producers", |p| p.producers.to_string()),
     ];
     for (name, get) in series {
         let _ = writeln!(out, "# TYPE {name} gauge");

@@ -163,6 +163,7 @@ fn response(header: &FrameHeader, slots: &[Slot]) -> w::Response {
             let s = &slots[i];
             strict_assert!(s.outcome.is_some(), "a produce slot without an outcome");
             let (failure, ack) = match &s.outcome {
+                Some(Ok(ack)) if ack.duplicate => (Some(duplicate(ack)), Some(*ack)),
                 Some(Ok(ack)) => (None, Some(*ack)),
                 Some(Err(f)) => (Some(f.clone()), None),
                 None => (
@@ -205,4 +206,16 @@ fn response(header: &FrameHeader, slots: &[Slot]) -> w::Response {
     );
     fbb.finish(root, None);
     w::response(header, fbb.finished_data(), Vec::new())
+}
+
+/// The answer to a retry of batches already appended: `DuplicateSequenceNumber`, with the
+/// original `base_offset` in the response (producers treat it as success).
+fn duplicate(ack: &ProduceAck) -> Failure {
+    Failure::new(
+        ErrorCode::DuplicateSequenceNumber,
+        format!(
+            "already appended at offset {} (a retry of an idempotent producer's batch)",
+            ack.base_offset
+        ),
+    )
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use borges_protocol::ErrorCode;
 use borges_runtime::time::{self, Instant};
 
+use super::idempotence::Idempotence;
 use super::{Partition, PartitionTable, ValidatedBatch};
 use crate::failure::Failure;
 use crate::types::{Acks, PartitionRef};
@@ -21,6 +22,10 @@ pub struct ProduceAck {
     pub base_offset: i64,
     /// Log start offset after the append (-1 for `acks=0`).
     pub log_start_offset: i64,
+    /// The batches were already in the log (an idempotent producer's retry): nothing was
+    /// appended and `base_offset` is where the originals are. Answered with
+    /// `DuplicateSequenceNumber`, which producers treat as success.
+    pub duplicate: bool,
 }
 
 /// Batches for one partition, already validated by the receiving core.
@@ -59,12 +64,16 @@ pub struct PendingAck {
     last_offset: i64,
     records: u64,
     size_bytes: u64,
+    /// Nothing appended: the batches were already there (see [`ProduceAck::duplicate`]).
+    duplicate: bool,
 }
 
 impl Partition {
     /// Appends `batches` now, in order, stamped with this partition's leader epoch; waits only
     /// for room in the core's write budget. Refuses `acks=all` while the ISR is smaller than
-    /// `min.insync.replicas`. Nothing is appended unless everything is.
+    /// `min.insync.replicas`, and idempotent producers' batches that do not continue their
+    /// sequences; answers a retry of batches already appended with their original offsets
+    /// (nothing appended). Nothing is appended unless everything is.
     pub async fn append(
         self: &Rc<Self>,
         batches: Vec<ValidatedBatch>,
@@ -93,8 +102,17 @@ impl Partition {
         let records: u64 = batches.iter().map(ValidatedBatch::records).sum();
         let span: i64 = batches.iter().map(ValidatedBatch::offset_span).sum();
         self.log.wait_writable(size_bytes).await;
-        // No await from here to the append: nothing else appends in between.
+        // No await from here to the log append: nothing else appends in between, and the
+        // producer check sees the state the append changes.
         let end = self.offsets().log_end_offset;
+        let producers = match self.check_producers(&batches)? {
+            Idempotence::Duplicate {
+                base_offset,
+                last_offset,
+            } => return Ok(self.duplicate(acks, base_offset, last_offset)),
+            Idempotence::Append(headers) => Some(headers),
+            Idempotence::None => None,
+        };
         let bytes = batches
             .into_iter()
             .map(ValidatedBatch::into_bytes)
@@ -108,6 +126,9 @@ impl Partition {
             info.last_offset
         );
         strict_assert_eq!(self.offsets().log_end_offset, info.last_offset + 1);
+        if let Some(headers) = producers {
+            self.record_producers(&headers, info.base_offset);
+        }
         Ok(PendingAck {
             partition: self.clone(),
             acks,
@@ -115,7 +136,22 @@ impl Partition {
             last_offset: info.last_offset,
             records,
             size_bytes,
+            duplicate: false,
         })
+    }
+
+    /// The acknowledgement of a retry: it waits for the originals, at `base..=last`.
+    fn duplicate(self: &Rc<Self>, acks: Acks, base_offset: i64, last_offset: i64) -> PendingAck {
+        assert!(base_offset <= last_offset && last_offset < self.offsets().log_end_offset);
+        PendingAck {
+            partition: self.clone(),
+            acks,
+            base_offset,
+            last_offset,
+            records: 0,
+            size_bytes: 0,
+            duplicate: true,
+        }
     }
 }
 
@@ -137,6 +173,7 @@ impl PendingAck {
             return Ok(ProduceAck {
                 base_offset: self.base_offset,
                 log_start_offset: -1,
+                duplicate: self.duplicate,
             });
         };
         let acked = self.partition.log.wait_acked(self.last_offset, level);
@@ -160,6 +197,7 @@ impl PendingAck {
                 Ok(ProduceAck {
                     base_offset: self.base_offset,
                     log_start_offset: offsets.log_start_offset,
+                    duplicate: self.duplicate,
                 })
             }
             Some(Err(e)) => Err(e.into()),

@@ -30,6 +30,11 @@ impl ValidatedBatch {
         self.bytes.len() as u64
     }
 
+    /// The parsed header.
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
     /// Records in the batch.
     pub fn records(&self) -> u64 {
         u64::try_from(self.header.records_count).unwrap_or(0)

@@ -1,8 +1,9 @@
 //! The partitions one core owns.
 //!
-//! - [`Partition`]: one partition: its log, its leadership (leader epoch, `min.insync.replicas`)
-//!   and the seams for replica state ([`replica`]) and producer state ([`producer`]). It owns
-//!   the one append path, used by produce requests and by group commits alike
+//! - [`Partition`]: one partition: its log, its leadership (leader epoch, `min.insync.replicas`),
+//!   the seam for replica state ([`replica`]) and its idempotent-producer state ([`producer`],
+//!   snapshots in `producer_snapshot`, rebuilt by `producer_replay`, upkept by `idempotence`).
+//!   It owns the one append path, used by produce requests and by group commits alike
 //!   ([`Partition::append`]), and the read paths: fetch reads, long-poll waits, offsets by time.
 //! - [`PartitionTable`]: every partition of the core, looked up by name, kept in line with the
 //!   metadata image (opened, reconfigured, deleted).
@@ -12,12 +13,17 @@
 
 mod append;
 mod batch;
+mod idempotence;
+#[cfg(test)]
+mod idempotence_tests;
 pub mod producer;
+mod producer_replay;
+mod producer_snapshot;
 mod read;
 pub mod replica;
 mod table;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -36,6 +42,7 @@ use crate::failure::Failure;
 use crate::metadata::MetadataImage;
 use crate::metrics::PartitionStats;
 use crate::types::{Acks, PartitionRef};
+use idempotence::ProducerUpkeep;
 use producer::ProducerState;
 use replica::ReplicaState;
 
@@ -54,29 +61,49 @@ pub struct Partition {
     /// `acks=all` is refused while the ISR is smaller; from the topic's configs.
     min_insync_replicas: Cell<i64>,
     replica: ReplicaState,
-    #[allow(dead_code)] // the idempotent producer's seam; see `producer`
-    producers: ProducerState,
+    /// Idempotent producers' epochs and last batches; consulted and updated by every append.
+    producers: RefCell<ProducerState>,
+    upkeep: ProducerUpkeep,
 }
 
 impl Partition {
-    fn new(
+    /// A partition around its opened log, once its producer state is rebuilt (newest snapshot,
+    /// then the log after it).
+    pub(crate) async fn open(
         id: PartitionRef,
         core: usize,
         log: Rc<PartitionLog>,
         leader_epoch: i32,
-        min_isr: i64,
-    ) -> Partition {
-        Partition {
+        min_insync_replicas: i64,
+        settings: &crate::config::ProducerSettings,
+    ) -> Result<Partition, StorageError> {
+        let limits = idempotence::producer_limits(settings);
+        let (producers, rebuilt) = producer_replay::rebuild(&log, limits).await?;
+        if rebuilt.batches_replayed > 0 || rebuilt.snapshot_offset.is_none() {
+            tracing::info!(
+                partition = %id,
+                snapshot = ?rebuilt.snapshot_offset,
+                batches_replayed = rebuilt.batches_replayed,
+                producers = producers.len(),
+                "producer state rebuilt"
+            );
+        }
+        let upkeep = ProducerUpkeep::new(settings, &producers, borges_runtime::time::now_ms());
+        if rebuilt.snapshot_offset != Some(rebuilt.log_end_offset) {
+            upkeep.mark_unsnapshotted();
+        }
+        Ok(Partition {
             id,
             core,
             thread: std::thread::current().id(),
             high_watermark_seen: Cell::new(log.offsets().high_watermark),
             log,
             leader_epoch: Cell::new(leader_epoch),
-            min_insync_replicas: Cell::new(min_isr),
+            min_insync_replicas: Cell::new(min_insync_replicas),
             replica: ReplicaState::leader_only(),
-            producers: ProducerState::default(),
-        }
+            producers: RefCell::new(producers),
+            upkeep,
+        })
     }
 
     /// The partition's name.
@@ -142,17 +169,24 @@ impl Partition {
             log_end_offset: o.log_end_offset,
             size_bytes: self.log.size_bytes(),
             segments: self.log.segment_count(),
+            producers: self.producer_count(),
         }
     }
 
-    /// Time-driven maintenance: segment roll by age, retention, checkpoints.
+    /// Time-driven maintenance: segment roll by age, retention, checkpoints; producer expiry
+    /// and snapshots.
     pub async fn tick(&self, now_ms: i64) -> Result<TickOutcome, StorageError> {
-        self.log.tick(now_ms).await
+        let outcome = self.log.tick(now_ms).await?;
+        self.tick_producers(now_ms).await?;
+        Ok(outcome)
     }
 
-    /// Flushes, syncs and closes the log with its clean-shutdown marker.
+    /// Flushes, syncs and closes the log with its clean-shutdown marker, then snapshots the
+    /// producer state at the log end (so the next start replays nothing).
     pub async fn close(&self) -> Result<(), StorageError> {
-        self.log.close().await
+        self.log.close().await?;
+        self.snapshot_producers(false, borges_runtime::time::now_ms())
+            .await
     }
 
     /// Applies leadership and configs from a new metadata image.

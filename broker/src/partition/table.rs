@@ -187,7 +187,7 @@ impl PartitionTable {
             topic: Arc::from(topic.name.as_str()),
             partition: partition as u32,
         };
-        let epoch = topic
+        let leader_epoch = topic
             .partitions
             .get(partition)
             .map_or(0, |p| p.leader_epoch);
@@ -197,7 +197,21 @@ impl PartitionTable {
             "core {} opens {id}, which the image places elsewhere",
             self.core
         );
-        let opened = Rc::new(Partition::new(id, self.core, log, epoch, min_isr));
+        let opened = Partition::open(
+            id,
+            self.core,
+            log,
+            leader_epoch,
+            min_isr,
+            &self.config.producers,
+        )
+        .await
+        .map_err(|source| BrokerError::Partition {
+            action: "rebuilding the producer state of",
+            partition: dir.display().to_string(),
+            cause: source,
+        })?;
+        let opened = Rc::new(opened);
         let mut topics = self.topics.borrow_mut();
         let entry = topics
             .entry(topic.name.clone())
