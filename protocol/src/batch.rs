@@ -97,11 +97,11 @@ pub mod field {
     pub const RECORDS: usize = 61;
 }
 
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
+pub(crate) const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
-const ATTR_DELETE_HORIZON: i16 = 0x40;
+pub(crate) const ATTR_DELETE_HORIZON: i16 = 0x40;
 /// Attribute bits 7-15: reserved, always 0.
 const ATTR_RESERVED_MASK: i16 = !0x7f;
 
@@ -829,7 +829,7 @@ thread_local! {
 
 /// Compresses the records after the header of `uncompressed` (a batch under construction) into
 /// a new, right-sized buffer that starts with the same header bytes.
-fn compress_zstd(uncompressed: &[u8], level: i32) -> Result<Vec<u8>, BatchError> {
+pub(crate) fn compress_zstd(uncompressed: &[u8], level: i32) -> Result<Vec<u8>, BatchError> {
     let records = &uncompressed[BATCH_HEADER_SIZE_BYTES..];
     let mut out = Vec::with_capacity(
         BATCH_HEADER_SIZE_BYTES + zstd::zstd_safe::compress_bound(records.len()),
@@ -1156,7 +1156,7 @@ impl BatchBuilder {
     }
 }
 
-fn put_nullable(dst: &mut Vec<u8>, value: Option<&[u8]>) {
+pub(crate) fn put_nullable(dst: &mut Vec<u8>, value: Option<&[u8]>) {
     match value {
         None => put_varint(dst, -1),
         Some(b) => {

@@ -146,6 +146,9 @@ error_codes! {
     TooManyConnections = 45, retriable = true, "too many connections";
     /// The request would exceed a configured limit (`*_max`) that is not about frame size.
     LimitExceeded = 46, retriable = false, "request exceeds a configured limit";
+    /// A record the topic refuses (Kafka's INVALID_RECORD): a record without a key produced
+    /// to a compacted topic.
+    InvalidRecord = 47, retriable = false, "record refused by the topic";
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -11,6 +11,7 @@
 //! - [`controller_link`]: API keys of the controller link (Raft and cluster requests).
 //! - [`error`]: the wire [`ErrorCode`] enum and the crate's [`DecodeError`].
 //! - [`partitioner`]: Kafka's murmur2 keyed partitioner.
+//! - [`rewrite`]: a batch rebuilt with a subset of its records (log compaction).
 
 #![warn(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod frame;
 pub mod message;
 pub mod partitioner;
 pub mod records;
+pub mod rewrite;
 pub mod varint;
 
 #[allow(

@@ -7,10 +7,12 @@
 //! - [`PartitionLog`]: append (synchronous, offsets assigned), flush/sync (the flusher task),
 //!   reads (memory tail + `File` chunks for sendfile), lookups by timestamp, retention,
 //!   truncation, recovery.
+//! - [`Cleaner`]: log compaction of a core's compacted logs (`cleanup.policy` = compact).
 
 #![warn(missing_docs)]
 
 mod checkpoint;
+mod cleaner;
 mod config;
 mod core;
 mod error;
@@ -26,6 +28,10 @@ mod writer;
 pub use crate::checkpoint::{
     LeaderEpochCache, RecoveryCheckpoint, CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_FILE,
     RECOVERY_CHECKPOINT_FILE,
+};
+pub use crate::cleaner::{
+    CleanOutcome, Cleaner, CleanerConfig, CleanerLag, CompactionConfig, CLEANED_SUFFIX,
+    CLEANER_CHECKPOINT_FILE, CLEANER_DEDUPE_BUFFER_BYTES_MIN, SWAP_SUFFIX,
 };
 pub use crate::config::{
     Durability, LogConfig, StorageConfig, StorageTuning, DISK_FREE_RESUME_MARGIN_BYTES,

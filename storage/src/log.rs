@@ -153,6 +153,8 @@ pub(crate) struct LogState {
     pub truncation_generation: u64,
     pub last_checkpoint: Option<RecoveryCheckpoint>,
     pub flusher_stopped: bool,
+    /// Compaction settings and state (`cleaner/`).
+    pub cleaner: crate::cleaner::CleanerLogState,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -581,6 +583,14 @@ impl PartitionLog {
     /// offset, <= `offset`. Below the log start, the log is emptied and restarts at `offset`.
     /// Appends answer `Busy` while it runs.
     pub async fn truncate_to(&self, offset: i64) -> Result<(), StorageError> {
+        // A cleaner swap replaces closed segment files: truncation waits for it to finish.
+        while self.swapping() {
+            let seen = self.progress.generation();
+            if !self.swapping() {
+                break;
+            }
+            self.progress.changed_since(seen).await;
+        }
         {
             let mut st = self.state.borrow_mut();
             self.check_writable(&st)?;

@@ -137,6 +137,10 @@ impl PartitionLog {
                 other => other?,
             };
             let Some(chunk) = chunk else {
+                if next > cur {
+                    cur = next;
+                    continue;
+                }
                 break;
             };
             size += chunk.len();
@@ -316,12 +320,13 @@ impl PartitionLog {
                 return Ok(None);
             }
             let h = reader.header_at(pos).await?;
-            if h.base_offset != off {
+            // Offsets increase; compaction leaves holes between batches.
+            if h.base_offset < off {
                 return Err(StorageError::Corrupt {
                     path: open.file.path().to_path_buf(),
                     position: pos,
                     reason: format!(
-                        "batch base offset {} where {off} was expected",
+                        "batch base offset {} where at least {off} was expected",
                         h.base_offset
                     ),
                 });
@@ -399,7 +404,9 @@ impl PartitionLog {
             .find_batch(&open, &mut reader, base, cur, limit.position)
             .await?
         else {
-            return Ok((None, cur));
+            // Nothing at or after `cur` in this segment (a hole left by compaction at its
+            // end): the read goes on from where the segment's range ends.
+            return Ok((None, limit.offset));
         };
         let start = pos;
         let budget_end = start.saturating_add(budget);

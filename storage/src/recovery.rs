@@ -190,8 +190,9 @@ pub(crate) async fn rebuild_closed_index(
     )
     .await
     .map_err(|e| io_error("read", &path, e))?;
+    // A cleaned segment may end before the next segment's base (compaction holes).
     let clean_end = outcome.stop == ScanStop::EndOfFile
-        && expected_next.is_none_or(|n| n == outcome.next_offset);
+        && expected_next.is_none_or(|n| outcome.next_offset <= n);
     if !clean_end {
         return Err(corrupt(
             &path,
@@ -507,6 +508,7 @@ pub(crate) async fn open_log(
     config: LogConfig,
 ) -> Result<Rc<PartitionLog>, StorageError> {
     let started = std::time::Instant::now();
+    crate::cleaner::recover_swaps(core, &dir).await?;
     let listing = list_dir(core, &dir).await?;
     let mut epochs = listing.epochs.clone();
     if listing.bases.is_empty() {
@@ -523,7 +525,13 @@ pub(crate) async fn open_log(
     let mut expected = bases[first_rescan];
     for (i, &base) in bases.iter().enumerate().skip(first_rescan) {
         let broken = rescanned.last().is_some_and(|r: &Rescanned| r.torn);
-        if base != expected || broken {
+        if base > expected && !broken {
+            // A hole left by compaction between a cleaned segment's last batch and the next
+            // segment: the previous segment ends where the next one begins.
+            if let Some(prev) = rescanned.last_mut() {
+                prev.meta.next_offset = base;
+            }
+        } else if base != expected || broken {
             let why = "it follows a truncated or missing range";
             remove_segment_files(core, &dir, base, why).await;
             continue;
@@ -627,6 +635,7 @@ async fn start_log(
         truncation_generation: 0,
         last_checkpoint: None,
         flusher_stopped: false,
+        cleaner: Default::default(),
     };
     let log = Rc::new(PartitionLog {
         core: core.clone(),

@@ -1,8 +1,8 @@
 //! Sequential validation of the batches in a segment file: recovery, index rebuilds, scrubs.
 //!
 //! Reads with direct IO in large chunks, two reads in flight, and checks each batch exactly as
-//! recovery requires: header (length, magic, counts), CRC-32C, and that its base offset is the
-//! one expected (offsets contiguous).
+//! recovery requires: header (length, magic, counts), CRC-32C, and that its base offset is at
+//! least the one expected (offsets increasing; compaction leaves holes between batches).
 
 use std::io;
 use std::rc::Rc;
@@ -65,8 +65,8 @@ fn declared_size(prefix: &[u8], remaining_in_file: u64) -> Result<usize, ScanSto
 fn check_batch(bytes: &[u8], expected_offset: i64) -> Check {
     match batch::validate(bytes) {
         Err(e) => Check::Stop(ScanStop::Invalid(e.to_string())),
-        Ok(h) if h.base_offset != expected_offset => Check::Stop(ScanStop::Invalid(format!(
-            "base offset {} where {expected_offset} was expected",
+        Ok(h) if h.base_offset < expected_offset => Check::Stop(ScanStop::Invalid(format!(
+            "base offset {} where at least {expected_offset} was expected",
             h.base_offset
         ))),
         Ok(h) => Check::Valid(h),
@@ -169,7 +169,8 @@ fn spawn_read(file: &Rc<DirectFile>, position: u64, len: usize) -> Task<io::Resu
 }
 
 /// Scans `[start, file_size)` of `file`, calling `on_batch(position, header)` for each valid
-/// batch, until the first invalid one. The first batch must have base offset `expected_offset`.
+/// batch, until the first invalid one. Base offsets start at `expected_offset` or later and
+/// increase.
 pub async fn scan_segment(
     file: &Rc<DirectFile>,
     file_size: u64,
