@@ -240,6 +240,15 @@ pub struct StorageSettings {
     /// Recovery checkpoints per second per core, at most (many busy partitions checkpoint
     /// less often each).
     pub recovery_checkpoints_per_s_max: u32,
+    /// Log cleaner: memory of one cleaning's offset map (key -> latest offset), per core.
+    pub cleaner_dedupe_buffer_bytes: u64,
+    /// Log cleaner: bytes read plus written per second, per core.
+    pub cleaner_io_bytes_per_s_max: u64,
+    /// Log cleaner: size of one read and one write.
+    pub cleaner_io_buffer_bytes: u64,
+    /// Log cleaner: pause between two looks for a partition to clean (Kafka's
+    /// `log.cleaner.backoff.ms`).
+    pub cleaner_backoff_ms: u64,
 }
 
 impl Default for StorageSettings {
@@ -251,6 +260,21 @@ impl Default for StorageSettings {
             retention_check_interval_ms: 30_000,
             recovery_checkpoint_interval_ms: 1_000,
             recovery_checkpoints_per_s_max: 100,
+            cleaner_dedupe_buffer_bytes: 16 << 20,
+            cleaner_io_bytes_per_s_max: 64 << 20,
+            cleaner_io_buffer_bytes: 1 << 20,
+            cleaner_backoff_ms: 15_000,
+        }
+    }
+}
+
+impl StorageSettings {
+    /// The per-core cleaner limits.
+    pub fn cleaner(&self) -> borges_storage::CleanerConfig {
+        borges_storage::CleanerConfig {
+            dedupe_buffer_bytes: self.cleaner_dedupe_buffer_bytes,
+            io_bytes_per_s_max: self.cleaner_io_bytes_per_s_max,
+            io_buffer_bytes: self.cleaner_io_buffer_bytes.min(1 << 30) as usize,
         }
     }
 }

@@ -198,8 +198,9 @@ impl Controller {
     fn offsets_topic(&self, image: &MetadataImage) -> TopicRecord {
         let partitions = self.settings.offsets_topic_partitions as usize;
         let mut configs = BTreeMap::new();
-        // Kept until compaction exists: every commit is a record and none may be lost.
-        configs.insert("retention.ms".to_string(), "-1".to_string());
+        // Compacted (as Kafka's): the latest commit per (group, topic, partition) is kept, a
+        // tombstone removes one after delete.retention.ms.
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
         configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
         configs.insert("durability".to_string(), "fsync".to_string());
         TopicRecord {

@@ -50,6 +50,14 @@ pub struct CoreMetrics {
     pub accept_descriptor_errors: Cell<u64>,
     /// Requests (or parts of them) forwarded to another core.
     pub forwarded: Cell<u64>,
+    /// Cleanings of compacted partitions done.
+    pub cleaner_runs: Cell<u64>,
+    /// Bytes of segments the cleaner replaced.
+    pub cleaner_bytes_in: Cell<u64>,
+    /// Bytes of the segments the cleaner wrote in their place.
+    pub cleaner_bytes_out: Cell<u64>,
+    /// Wall-clock ms of the cleaner's last cleaning (0: none yet).
+    pub cleaner_last_run_ms: Cell<u64>,
 }
 
 /// A core's metrics at one moment; crosses cores.
@@ -89,6 +97,8 @@ pub struct PartitionStats {
     pub segments: usize,
     /// Idempotent producers remembered.
     pub producers: usize,
+    /// Compacted partitions: dirty bytes / cleanable bytes (the cleaner's lag), 0..1.
+    pub cleaner_dirty_ratio: Option<f64>,
 }
 
 impl CoreMetrics {
@@ -114,6 +124,10 @@ impl CoreMetrics {
             frames_timed_out: Cell::new(0),
             accept_descriptor_errors: Cell::new(0),
             forwarded: Cell::new(0),
+            cleaner_runs: Cell::new(0),
+            cleaner_bytes_in: Cell::new(0),
+            cleaner_bytes_out: Cell::new(0),
+            cleaner_last_run_ms: Cell::new(0),
         }
     }
 
@@ -193,9 +207,16 @@ impl CoreMetrics {
                 self.accept_descriptor_errors.get(),
             ),
             ("borges_cross_core_forwards_total", self.forwarded.get()),
+            ("borges_cleaner_runs_total", self.cleaner_runs.get()),
+            ("borges_cleaner_bytes_in_total", self.cleaner_bytes_in.get()),
+            (
+                "borges_cleaner_bytes_out_total",
+                self.cleaner_bytes_out.get(),
+            ),
         ];
         let gauges = vec![
             ("borges_connections", u64::from(report.connections)),
+            ("borges_cleaner_last_run_ms", self.cleaner_last_run_ms.get()),
             ("borges_storage_unflushed_bytes", report.unflushed_bytes),
             ("borges_storage_tail_cache_bytes", report.tail_cache_bytes),
             (
@@ -348,7 +369,7 @@ fn render_latency(out: &mut String, snapshots: &[MetricsSnapshot]) {
 
 fn render_partitions(out: &mut String, snapshots: &[MetricsSnapshot]) {
     type Getter = fn(&PartitionStats) -> String;
-    let series: [(&str, Getter); 6] = [
+    let series: [(&str, Getter); 7] = [
         ("borges_partition_log_start_offset", |p| {
             p.log_start_offset.to_string()
         }),
@@ -361,18 +382,23 @@ fn render_partitions(out: &mut String, snapshots: &[MetricsSnapshot]) {
         ("borges_partition_size_bytes", |p| p.size_bytes.to_string()),
         ("borges_partition_segments", |p| p.segments.to_string()),
         ("borges_partition_producers", |p| p.producers.to_string()),
+        ("borges_partition_cleaner_dirty_ratio", |p| {
+            p.cleaner_dirty_ratio
+                .map_or(String::new(), |r| format!("{r:.3}"))
+        }),
     ];
     for (name, get) in series {
         let _ = writeln!(out, "# TYPE {name} gauge");
         for s in snapshots {
             for p in &s.partitions {
+                let value = get(p);
+                if value.is_empty() {
+                    continue;
+                }
                 let _ = writeln!(
                     out,
                     "{name}{{topic=\"{}\",partition=\"{}\",core=\"{}\"}} {}",
-                    p.topic,
-                    p.partition,
-                    s.core,
-                    get(p)
+                    p.topic, p.partition, s.core, value
                 );
             }
         }

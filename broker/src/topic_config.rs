@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use borges_storage::{Durability, LogConfig};
+use borges_storage::{CompactionConfig, Durability, LogConfig};
 use thiserror::Error;
 
 use crate::config::{BrokerConfig, DurabilityPolicy};
@@ -23,6 +23,7 @@ enum Kind {
     Durability,
     CleanupPolicy,
     TimestampType,
+    Ratio,
 }
 
 struct Def {
@@ -42,8 +43,11 @@ const DEFS: &[Def] = &[
     Def { name: "flush.ms", kind: Kind::Long { min: 1 }, doc: "fdatasync interval when durability=interval (ms)." },
     Def { name: "max.message.bytes", kind: Kind::Long { min: 64 }, doc: "Largest record batch accepted." },
     Def { name: "min.insync.replicas", kind: Kind::Long { min: 1 }, doc: "acks=all is refused when fewer replicas are in sync." },
-    Def { name: "cleanup.policy", kind: Kind::CleanupPolicy, doc: "delete (compaction is not implemented yet)." },
-    Def { name: "delete.retention.ms", kind: Kind::Long { min: 0 }, doc: "How long tombstones are kept on compacted topics (ms)." },
+    Def { name: "cleanup.policy", kind: Kind::CleanupPolicy, doc: "delete: retention deletes old segments; compact: the cleaner keeps the latest record per key (records need a key); compact,delete: both." },
+    Def { name: "delete.retention.ms", kind: Kind::Long { min: 0 }, doc: "How long tombstones are kept on compacted topics after the cleaner first saw them (ms)." },
+    Def { name: "min.cleanable.dirty.ratio", kind: Kind::Ratio, doc: "Clean a compacted partition when its dirty bytes reach this share of its cleanable bytes (0..1)." },
+    Def { name: "min.compaction.lag.ms", kind: Kind::Long { min: 0 }, doc: "A segment whose newest record is younger than this is not compacted (ms)." },
+    Def { name: "max.compaction.lag.ms", kind: Kind::Long { min: 1 }, doc: "Compact a dirty segment once its newest record is this old, whatever the dirty ratio (ms)." },
     Def { name: "message.timestamp.type", kind: Kind::TimestampType, doc: "CreateTime: record timestamps are the producer's." },
 ];
 
@@ -78,14 +82,17 @@ pub enum TopicConfigError {
     /// Not a durability policy.
     #[error("durability = {0:?}: expected fsync, interval or none")]
     Durability(String),
-    /// Compaction asked for.
-    #[error(
-        "cleanup.policy = {0}: log compaction is not implemented yet; only delete is accepted"
-    )]
-    CompactionUnsupported(String),
     /// Not a cleanup policy.
-    #[error("cleanup.policy = {0:?}: expected delete")]
+    #[error("cleanup.policy = {0:?}: expected delete, compact or compact,delete")]
     CleanupPolicy(String),
+    /// Not a ratio.
+    #[error("{name} = {value:?}: expected a number from 0 to 1")]
+    Ratio {
+        /// The name.
+        name: &'static str,
+        /// The value.
+        value: String,
+    },
     /// Not CreateTime.
     #[error("message.timestamp.type = {0:?}: only CreateTime is supported")]
     TimestampType(String),
@@ -128,13 +135,19 @@ pub fn validate_one(name: &str, value: &str) -> Result<(), TopicConfigError> {
             DurabilityPolicy::parse(value)
                 .ok_or_else(|| TopicConfigError::Durability(value.to_string()))?;
         }
-        Kind::CleanupPolicy => match value {
-            "delete" => {}
-            "compact" | "compact,delete" | "delete,compact" => {
-                return Err(TopicConfigError::CompactionUnsupported(value.to_string()))
+        Kind::CleanupPolicy => {
+            CleanupPolicy::parse(value)
+                .ok_or_else(|| TopicConfigError::CleanupPolicy(value.to_string()))?;
+        }
+        Kind::Ratio => {
+            let ok = value.parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v));
+            if !ok {
+                return Err(TopicConfigError::Ratio {
+                    name: def.name,
+                    value: value.to_string(),
+                });
             }
-            _ => return Err(TopicConfigError::CleanupPolicy(value.to_string())),
-        },
+        }
         Kind::TimestampType => {
             if value != "CreateTime" {
                 return Err(TopicConfigError::TimestampType(value.to_string()));
@@ -193,6 +206,9 @@ pub fn default_value(name: &str, broker: &BrokerConfig) -> Option<String> {
         "min.insync.replicas" => "1".to_string(),
         "cleanup.policy" => d.cleanup_policy.clone(),
         "delete.retention.ms" => (24 * 3600 * 1000).to_string(),
+        "min.cleanable.dirty.ratio" => "0.5".to_string(),
+        "min.compaction.lag.ms" => "0".to_string(),
+        "max.compaction.lag.ms" => i64::MAX.to_string(),
         "message.timestamp.type" => "CreateTime".to_string(),
         _ => return None,
     })
@@ -240,6 +256,65 @@ pub fn min_insync_replicas(configs: &BTreeMap<String, String>) -> i64 {
     get_i64(configs, "min.insync.replicas", 1)
 }
 
+/// `cleanup.policy`: which of retention (delete) and compaction apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// Retention deletes old segments (`retention.ms`, `retention.bytes`).
+    pub delete: bool,
+    /// The cleaner keeps the latest record per key.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    /// `delete`, `compact`, or both comma-separated (Kafka's list syntax).
+    pub fn parse(value: &str) -> Option<CleanupPolicy> {
+        let mut p = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for part in value.split(',').map(str::trim) {
+            match part {
+                "delete" => p.delete = true,
+                "compact" => p.compact = true,
+                _ => return None,
+            }
+        }
+        Some(p)
+    }
+}
+
+/// `cleanup.policy` in effect.
+pub fn cleanup_policy(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> CleanupPolicy {
+    configs
+        .get("cleanup.policy")
+        .and_then(|v| CleanupPolicy::parse(v))
+        .or_else(|| CleanupPolicy::parse(&broker.log.cleanup_policy))
+        .unwrap_or(CleanupPolicy {
+            delete: true,
+            compact: false,
+        })
+}
+
+/// The compaction settings of a compacted topic; None when `cleanup.policy` has no compact.
+pub fn compaction_config(
+    configs: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> Option<CompactionConfig> {
+    if !cleanup_policy(configs, broker).compact {
+        return None;
+    }
+    let d = CompactionConfig::default();
+    Some(CompactionConfig {
+        delete_retention_ms: get_i64(configs, "delete.retention.ms", d.delete_retention_ms),
+        min_cleanable_dirty_ratio: configs
+            .get("min.cleanable.dirty.ratio")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d.min_cleanable_dirty_ratio),
+        min_compaction_lag_ms: get_i64(configs, "min.compaction.lag.ms", d.min_compaction_lag_ms),
+        max_compaction_lag_ms: get_i64(configs, "max.compaction.lag.ms", d.max_compaction_lag_ms),
+    })
+}
+
 /// The storage settings of a partition of a topic with these overrides.
 pub fn log_config(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
     let d = &broker.log;
@@ -247,6 +322,7 @@ pub fn log_config(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> 
         .get("durability")
         .and_then(|v| DurabilityPolicy::parse(v))
         .unwrap_or(d.durability);
+    let deletes = cleanup_policy(configs, broker).delete;
     LogConfig {
         segment_size_bytes: get_i64(configs, "segment.bytes", d.segment_size_bytes as i64) as u64,
         segment_ms: get_i64(configs, "segment.ms", d.segment_ms as i64) as u64,
@@ -256,8 +332,17 @@ pub fn log_config(configs: &BTreeMap<String, String>, broker: &BrokerConfig) -> 
             i64::from(d.index_interval_bytes),
         ) as u32,
         index_size_bytes_max: get_i64(configs, "segment.index.bytes", 10 * 1024 * 1024) as u32,
-        retention_ms: get_i64(configs, "retention.ms", d.retention_ms),
-        retention_bytes: get_i64(configs, "retention.bytes", d.retention_bytes),
+        // Retention deletes segments only under the delete policy (compact alone keeps them).
+        retention_ms: if deletes {
+            get_i64(configs, "retention.ms", d.retention_ms)
+        } else {
+            -1
+        },
+        retention_bytes: if deletes {
+            get_i64(configs, "retention.bytes", d.retention_bytes)
+        } else {
+            -1
+        },
         durability: match durability {
             DurabilityPolicy::Fsync => Durability::Fsync,
             DurabilityPolicy::Interval => Durability::Interval,
@@ -288,10 +373,33 @@ mod tests {
             .contains("unknown topic config"));
         assert!(validate_one("durability", "fsync").is_ok());
         assert!(validate_one("durability", "sometimes").is_err());
-        assert!(validate_one("cleanup.policy", "compact")
+        for ok in ["delete", "compact", "compact,delete", "delete,compact"] {
+            assert!(validate_one("cleanup.policy", ok).is_ok(), "{ok}");
+        }
+        assert!(validate_one("cleanup.policy", "compress")
             .unwrap_err()
             .to_string()
-            .contains("not implemented"));
+            .contains("expected delete, compact"));
+        assert!(validate_one("min.cleanable.dirty.ratio", "1.5").is_err());
+        assert!(validate_one("min.cleanable.dirty.ratio", "0.1").is_ok());
+    }
+
+    #[test]
+    fn compact_alone_turns_retention_off_and_compaction_on() {
+        let broker = BrokerConfig::default();
+        let mut c = BTreeMap::new();
+        c.insert("retention.ms".to_string(), "1000".to_string());
+        assert!(compaction_config(&c, &broker).is_none());
+        c.insert("cleanup.policy".to_string(), "compact".to_string());
+        c.insert("delete.retention.ms".to_string(), "5".to_string());
+        assert_eq!(log_config(&c, &broker).retention_ms, -1);
+        assert_eq!(
+            compaction_config(&c, &broker).unwrap().delete_retention_ms,
+            5
+        );
+        c.insert("cleanup.policy".to_string(), "compact,delete".to_string());
+        assert_eq!(log_config(&c, &broker).retention_ms, 1000);
+        assert!(compaction_config(&c, &broker).is_some());
     }
 
     #[test]

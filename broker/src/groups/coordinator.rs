@@ -565,6 +565,53 @@ impl Coordinator {
         })
     }
 
+    /// Deletes the committed offsets of topics the image no longer has, as Kafka does: one
+    /// tombstone per (group, topic, partition) in `__consumer_offsets`, then out of memory, so
+    /// that a topic created again under the same name does not get them back. Called after
+    /// every metadata change; a failed append is retried at the next one.
+    pub async fn forget_deleted_topics(self: &Rc<Self>) {
+        let image = self.partitions.image();
+        let doomed: Vec<(String, Vec<(String, i32)>)> = {
+            let groups = self.groups.borrow();
+            groups
+                .values()
+                .filter_map(|g| {
+                    let gone: Vec<(String, i32)> = g
+                        .offsets
+                        .keys()
+                        .filter(|(t, _)| !image.topics.contains_key(t))
+                        .cloned()
+                        .collect();
+                    (!gone.is_empty()).then(|| (g.id.clone(), gone))
+                })
+                .collect()
+        };
+        for (group, gone) in doomed {
+            let Ok(partition) = self.check_loaded(&group) else {
+                continue;
+            };
+            let mut builder = BatchBuilder::new(BatchOptions::default(), 64 * gone.len());
+            let now = time::now_ms();
+            for (topic, p) in &gone {
+                let key = OffsetKey {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    partition: *p,
+                };
+                builder.push(now, Some(&key.encode()), None, &[]);
+            }
+            if let Err(f) = self.append(partition, builder).await {
+                tracing::warn!(%group, "could not delete a deleted topic's offsets: {f:?}");
+                continue;
+            }
+            if let Some(g) = self.groups.borrow_mut().get_mut(&group) {
+                for k in &gone {
+                    g.offsets.remove(k);
+                }
+            }
+        }
+    }
+
     async fn delete(self: &Rc<Self>, group: &str) -> Result<(), Failure> {
         check_group_id(group)?;
         let partition = self.check_loaded(group)?;

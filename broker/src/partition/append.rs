@@ -93,6 +93,7 @@ impl Partition {
                 ),
             ));
         }
+        self.check_keys(&batches)?;
         strict_assert!(
             batches.iter().all(ValidatedBatch::is_intact),
             "{}: a validated batch changed before its append",

@@ -40,6 +40,11 @@ impl ValidatedBatch {
         u64::try_from(self.header.records_count).unwrap_or(0)
     }
 
+    /// The bytes as validated.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The bytes, for the log (which stamps base offset and leader epoch outside the CRC).
     pub fn into_bytes(self) -> BytesMut {
         self.bytes

@@ -13,6 +13,7 @@
 
 mod append;
 mod batch;
+mod compacted;
 mod idempotence;
 #[cfg(test)]
 mod idempotence_tests;
@@ -170,6 +171,7 @@ impl Partition {
             size_bytes: self.log.size_bytes(),
             segments: self.log.segment_count(),
             producers: self.producer_count(),
+            cleaner_dirty_ratio: self.cleaner_dirty_ratio(),
         }
     }
 

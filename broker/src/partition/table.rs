@@ -183,6 +183,10 @@ impl PartitionTable {
                 partition: dir.display().to_string(),
                 cause: source,
             })?;
+        log.set_compaction(topic_config::compaction_config(
+            &topic.configs,
+            &self.config,
+        ));
         let id = PartitionRef {
             topic: Arc::from(topic.name.as_str()),
             partition: partition as u32,
@@ -256,7 +260,9 @@ impl PartitionTable {
             return Ok(());
         }
         let log_config = topic_config::log_config(&t.configs, &self.config);
+        let compaction = topic_config::compaction_config(&t.configs, &self.config);
         for p in partitions {
+            p.log.set_compaction(compaction);
             p.log
                 .update_config(log_config.clone())
                 .await

@@ -8,6 +8,7 @@
 //! that span cores (produce, fetch, list offsets, group and controller requests), so handlers
 //! only decode, call the shard, and encode.
 
+mod cleaner;
 mod route;
 
 use std::collections::BTreeMap;
@@ -156,6 +157,7 @@ impl Shard {
             task::spawn(self.clone().run_inbox(inbox)).detach();
         }
         task::spawn(self.clone().tick_partitions()).detach();
+        task::spawn(self.clone().run_cleaner()).detach();
     }
 
     /// Executes the batches of messages coming from one other core, in order.
@@ -273,7 +275,9 @@ impl Shard {
     /// offsets partitions it now owns.
     pub async fn apply_metadata(&self, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
         self.partitions.apply(image).await?;
-        self.groups.load().await
+        self.groups.load().await?;
+        self.groups.forget_deleted_topics().await;
+        Ok(())
     }
 
     /// Binds this core's listeners; returns its own address.

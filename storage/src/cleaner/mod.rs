@@ -173,6 +173,12 @@ impl PartitionLog {
         Ok(build::plan(self, now_ms).map(|p| p.lag))
     }
 
+    /// [`PartitionLog::cleaner_lag`] without reading the cleaner checkpoint (before the first
+    /// cleaning of this process, the whole log counts as dirty).
+    pub fn cleaner_lag_now(&self, now_ms: i64) -> Option<CleanerLag> {
+        build::plan(self, now_ms).map(|p| p.lag)
+    }
+
     /// Reads the first dirty offset from its checkpoint file once.
     async fn load_first_dirty(&self) {
         if self.state.borrow().cleaner.first_dirty.is_some() {
