@@ -584,13 +584,7 @@ impl PartitionLog {
     /// Appends answer `Busy` while it runs.
     pub async fn truncate_to(&self, offset: i64) -> Result<(), StorageError> {
         // A cleaner swap replaces closed segment files: truncation waits for it to finish.
-        while self.swapping() {
-            let seen = self.progress.generation();
-            if !self.swapping() {
-                break;
-            }
-            self.progress.changed_since(seen).await;
-        }
+        self.wait_swap().await;
         {
             let mut st = self.state.borrow_mut();
             self.check_writable(&st)?;

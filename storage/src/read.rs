@@ -115,10 +115,13 @@ impl PartitionLog {
         let mut chunks = Vec::new();
         let mut size = 0u64;
         let mut cur = offset;
+        let mut swap_retries = 0;
         while cur < end && (chunks.is_empty() || size < max_bytes) {
             if self.read_memory(cur, end, max_bytes, &mut chunks, &mut size) {
                 break;
             }
+            // A cleaner swap replaces segment files: file reads wait for it (a few ms).
+            self.wait_swap().await;
             let Some(limit) = self.file_limit(cur, end) else {
                 break;
             };
@@ -131,6 +134,11 @@ impl PartitionLog {
                 )
                 .await;
             let (chunk, next) = match read {
+                // The segment was swapped or deleted while this read opened it: look again.
+                Err(e) if e.is_not_found() && swap_retries < 3 => {
+                    swap_retries += 1;
+                    continue;
+                }
                 // Each segment a read spans holds a read descriptor until the read is sent:
                 // when the core's share is spent, this read ends with what it has.
                 Err(StorageError::TooManyOpenFiles { .. }) if !chunks.is_empty() => break,

@@ -164,6 +164,17 @@ impl PartitionLog {
         self.state.borrow().cleaner.swapping
     }
 
+    /// Waits until no cleaner swap is replacing segment files.
+    pub(crate) async fn wait_swap(&self) {
+        loop {
+            let seen = self.progress.generation();
+            if !self.swapping() {
+                return;
+            }
+            self.progress.changed_since(seen).await;
+        }
+    }
+
     /// How dirty the log is, at wall-clock `now_ms`; None if the log is not compacted.
     pub async fn cleaner_lag(&self, now_ms: i64) -> Result<Option<CleanerLag>, StorageError> {
         if self.compaction().is_none() {
@@ -203,6 +214,13 @@ impl PartitionLog {
                 false,
             )
             .await
+    }
+}
+
+impl StorageError {
+    /// An IO error because the file is gone (a segment swapped or deleted meanwhile).
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(self, StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }
 
