@@ -503,7 +503,14 @@ impl BrokerConfig {
         if g.offsets_topic_partitions == 0 {
             return fail("groups.offsets_topic_partitions must be positive".into());
         }
-        self.producers.validate().map_err(BrokerError::Config)
+        self.check_cleaner()
+    }
+
+    /// The producer limits and the `storage.cleaner_*` limits.
+    fn check_cleaner(&self) -> Result<(), BrokerError> {
+        self.producers.validate().map_err(BrokerError::Config)?;
+        let checked = self.storage.cleaner().validate();
+        checked.map_err(|e| BrokerError::Config(format!("storage: {e}")))
     }
 }
 

@@ -45,9 +45,21 @@ const DEFS: &[Def] = &[
     Def { name: "min.insync.replicas", kind: Kind::Long { min: 1 }, doc: "acks=all is refused when fewer replicas are in sync." },
     Def { name: "cleanup.policy", kind: Kind::CleanupPolicy, doc: "delete: retention deletes old segments; compact: the cleaner keeps the latest record per key (records need a key); compact,delete: both." },
     Def { name: "delete.retention.ms", kind: Kind::Long { min: 0 }, doc: "How long tombstones are kept on compacted topics after the cleaner first saw them (ms)." },
-    Def { name: "min.cleanable.dirty.ratio", kind: Kind::Ratio, doc: "Clean a compacted partition when its dirty bytes reach this share of its cleanable bytes (0..1)." },
-    Def { name: "min.compaction.lag.ms", kind: Kind::Long { min: 0 }, doc: "A segment whose newest record is younger than this is not compacted (ms)." },
-    Def { name: "max.compaction.lag.ms", kind: Kind::Long { min: 1 }, doc: "Compact a dirty segment once its newest record is this old, whatever the dirty ratio (ms)." },
+    Def {
+        name: "min.cleanable.dirty.ratio",
+        kind: Kind::Ratio,
+        doc: "Clean a compacted partition when dirty bytes reach this share of cleanable bytes.",
+    },
+    Def {
+        name: "min.compaction.lag.ms",
+        kind: Kind::Long { min: 0 },
+        doc: "A segment whose newest record is younger than this is not compacted (ms).",
+    },
+    Def {
+        name: "max.compaction.lag.ms",
+        kind: Kind::Long { min: 1 },
+        doc: "Compact a dirty segment once its newest record is this old, whatever the ratio.",
+    },
     Def { name: "message.timestamp.type", kind: Kind::TimestampType, doc: "CreateTime: record timestamps are the producer's." },
 ];
 

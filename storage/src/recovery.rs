@@ -521,26 +521,16 @@ pub(crate) async fn open_log(
         let meta = load_closed(core, &dir, bases[i], bases[i + 1], &config).await?;
         segments.insert(bases[i], meta);
     }
-    let mut rescanned: Vec<Rescanned> = Vec::new();
-    let mut expected = bases[first_rescan];
-    for (i, &base) in bases.iter().enumerate().skip(first_rescan) {
-        let broken = rescanned.last().is_some_and(|r: &Rescanned| r.torn);
-        if base > expected && !broken {
-            // A hole left by compaction between a cleaned segment's last batch and the next
-            // segment: the previous segment ends where the next one begins.
-            if let Some(prev) = rescanned.last_mut() {
-                prev.meta.next_offset = base;
-            }
-        } else if base != expected || broken {
-            let why = "it follows a truncated or missing range";
-            remove_segment_files(core, &dir, base, why).await;
-            continue;
-        }
-        let trusted = if i == first_rescan { cp.as_ref() } else { None };
-        let r = rescan(core, &dir, base, trusted, &config, &mut epochs).await?;
-        expected = r.meta.next_offset;
-        rescanned.push(r);
-    }
+    let mut rescanned = rescan_all(
+        core,
+        &dir,
+        bases,
+        first_rescan,
+        cp.as_ref(),
+        &config,
+        &mut epochs,
+    )
+    .await?;
     let mut last = rescanned.pop().expect("at least one segment is rescanned");
     for r in &mut rescanned {
         finalize_rescanned(core, &dir, r).await?;
@@ -576,6 +566,40 @@ pub(crate) async fn open_log(
         "partition log opened"
     );
     Ok(log)
+}
+
+/// Rescans `bases[first..]` from the recovery point: removes segments after a torn one or after
+/// a missing range; a gap after a cleaned segment (compaction hole) is kept.
+async fn rescan_all(
+    core: &CoreStorage,
+    dir: &Path,
+    bases: &[i64],
+    first_rescan: usize,
+    cp: Option<&RecoveryCheckpoint>,
+    config: &LogConfig,
+    epochs: &mut LeaderEpochCache,
+) -> Result<Vec<Rescanned>, StorageError> {
+    let mut rescanned: Vec<Rescanned> = Vec::new();
+    let mut expected = bases[first_rescan];
+    for (i, &base) in bases.iter().enumerate().skip(first_rescan) {
+        let broken = rescanned.last().is_some_and(|r: &Rescanned| r.torn);
+        if base > expected && !broken {
+            // A hole left by compaction between a cleaned segment's last batch and the next
+            // segment: the previous segment ends where the next one begins.
+            if let Some(prev) = rescanned.last_mut() {
+                prev.meta.next_offset = base;
+            }
+        } else if base != expected || broken {
+            let why = "it follows a truncated or missing range";
+            remove_segment_files(core, dir, base, why).await;
+            continue;
+        }
+        let trusted = if i == first_rescan { cp } else { None };
+        let r = rescan(core, dir, base, trusted, config, epochs).await?;
+        expected = r.meta.next_offset;
+        rescanned.push(r);
+    }
+    Ok(rescanned)
 }
 
 /// Removes whole segments that a checkpointed log start says are already deleted.

@@ -56,7 +56,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => prop::collection::vec((0..3 * KEYS, prop::bool::weighted(0.2), 0usize..400), 1..5)
             .prop_map(Op::Append),
         3 => (0i64..8_000).prop_map(Op::Clean),
-        2 => (fault_op, 0u64..12, any::<u64>()).prop_map(|(o, k, s)| Op::CrashWhileCleaning(o, k, s)),
+        2 => (fault_op, 0u64..12, any::<u64>())
+            .prop_map(|(o, k, s)| Op::CrashWhileCleaning(o, k, s)),
         1 => any::<u64>().prop_map(Op::Crash),
     ]
 }

@@ -220,7 +220,10 @@ impl PartitionLog {
 impl StorageError {
     /// An IO error because the file is gone (a segment swapped or deleted meanwhile).
     pub(crate) fn is_not_found(&self) -> bool {
-        matches!(self, StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+        matches!(
+            self,
+            StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound
+        )
     }
 }
 

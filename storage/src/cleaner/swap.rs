@@ -111,19 +111,22 @@ async fn complete(core: &CoreStorage, dir: &Path, m: &Manifest) -> Result<(), St
 /// Swaps `cleaned` in: false (and the cleaned files removed) if its segments changed meanwhile.
 pub(crate) async fn commit(log: &Rc<PartitionLog>, cleaned: Cleaned) -> Result<bool, StorageError> {
     let base = cleaned.group[0].base;
-    {
+    let unchanged = {
         let mut st = log.state.borrow_mut();
-        let unchanged = cleaned.group.iter().all(|s| {
+        let same = cleaned.group.iter().all(|s| {
             st.segments.get(&s.base).is_some_and(|m| {
                 m.is_finalized() && m.next_offset == s.next && m.size_bytes == s.size
             })
         });
-        if !unchanged || st.gate != Gate::Open || st.corrupt.is_some() || st.flusher_stopped {
-            drop(st);
-            discard(log).await;
-            return Ok(false);
+        let ok = same && st.gate == Gate::Open && st.corrupt.is_none() && !st.flusher_stopped;
+        if ok {
+            st.cleaner.swapping = true;
         }
-        st.cleaner.swapping = true;
+        ok
+    };
+    if !unchanged {
+        discard(log).await;
+        return Ok(false);
     }
     let m = Manifest {
         base,
