@@ -120,7 +120,9 @@ fn the_cleaner_keeps_the_latest_value_per_key_and_fetch_crosses_the_holes() {
     let hole = (0..records[0].offset).next().unwrap_or(0);
     let (code, _, from_hole) = c.fetch("table", 0, hole);
     assert_eq!(code, ErrorCode::None);
-    assert_eq!(from_hole.first().map(|r| r.offset), Some(records[0].offset));
+    // (The cleaner may have removed more since: records only ever go, never come back.)
+    let first = from_hole.first().map(|r| r.offset);
+    assert!(first.is_some_and(|o| o >= records[0].offset), "{first:?}");
     let metrics = std::net::TcpStream::connect(broker.metrics_addr()).is_ok();
     assert!(metrics);
     let _ = latest;
