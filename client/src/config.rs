@@ -227,14 +227,21 @@ pub struct ProducerConfig {
     /// Upper bound on the time from `send()` to the record's success or failure, retries
     /// included.
     pub delivery_timeout_ms: u64,
-    /// Produce requests a connection may have outstanding. With more than one, a retried
-    /// batch can land after a later batch of the same partition (as in Kafka without
-    /// idempotence); set 1 to keep order through retries.
+    /// Produce requests a connection may have outstanding. Without idempotence and with more
+    /// than one, a retried batch can land after a later batch of the same partition (as in
+    /// Kafka); with idempotence order is kept whatever this is.
     pub in_flight_requests_per_connection_max: usize,
     /// Largest produce request (frame) the producer builds; also the largest record.
     pub request_size_bytes_max: usize,
     /// How long `send()` may wait for the topic's metadata (and for buffer memory).
     pub max_block_ms: u64,
+    /// Idempotent producer (Kafka's `enable.idempotence`, on by default): a producer id from
+    /// the broker and sequence numbers per partition, so that retries never duplicate a
+    /// record and order is kept across retries with several requests in flight (up to 5
+    /// batches per partition). Ignored with `acks=0`, which gets no answers to number batches
+    /// by (as Kafka does when idempotence is left at its default); turn it off for brokers
+    /// without InitProducerId.
+    pub enable_idempotence: bool,
 }
 
 impl Default for ProducerConfig {
@@ -253,6 +260,7 @@ impl Default for ProducerConfig {
             in_flight_requests_per_connection_max: 5,
             request_size_bytes_max: 4 << 20,
             max_block_ms: 60_000,
+            enable_idempotence: true,
         }
     }
 }
@@ -297,6 +305,11 @@ impl ProducerConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Whether the producer numbers its batches: `enable_idempotence`, except with `acks=0`.
+    pub fn idempotent(&self) -> bool {
+        self.enable_idempotence && self.acks != Acks::None
     }
 }
 
@@ -460,6 +473,16 @@ mod tests {
             ..ProducerConfig::default()
         };
         assert!(backoff.validate().is_err());
+        let acks0 = ProducerConfig {
+            acks: Acks::None,
+            ..ProducerConfig::default()
+        };
+        acks0.validate().unwrap();
+        assert!(
+            !acks0.idempotent(),
+            "acks=0 gets no answers to number batches by"
+        );
+        assert!(ProducerConfig::default().idempotent());
         ConsumerConfig::default().validate().unwrap();
     }
 }

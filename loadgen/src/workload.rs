@@ -123,6 +123,11 @@ pub struct ProducerSettings {
     /// In-flight produce requests per connection.
     #[serde(default = "default_in_flight_requests_max")]
     pub in_flight_requests_max: u32,
+    /// Idempotent producers (Borges: `enable_idempotence`; Kafka: `enable.idempotence`). Off
+    /// by default in workloads so that results stay comparable with earlier runs; ignored
+    /// with `acks = "0"` (and by Kafka, which needs `acks = "all"` for it, with `acks = "1"`).
+    #[serde(default)]
+    pub idempotence: bool,
 }
 
 /// How a workload with `rate_records_s = 0` finds the maximum rate.

@@ -12,11 +12,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use borges_protocol::batch::{BatchBuilder, BatchOptions};
-use bytes::Bytes;
+use borges_protocol::batch::{set_producer_fields, BatchBuilder, BatchOptions};
+use bytes::{Bytes, BytesMut};
 
 use super::partitioner::StickyPartitioner;
-use crate::error::Result;
+use super::sequence::{Identity, PartitionSequences, Refusal, Sequenced};
+use crate::error::{ClientError, Result};
 
 /// What the broker said about a whole batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,9 +100,60 @@ pub(crate) struct ProducerBatch {
     pub not_before: Option<Instant>,
     /// Buffer memory to give back when the batch completes.
     pub reserved_bytes: usize,
+    /// Idempotent producers: the batch's producer id, epoch and first sequence, from its first
+    /// send until it completes (or is renumbered after an epoch bump).
+    pub sequence: Option<Sequenced>,
+    /// Whether the batch was sent with its current sequence: then the broker may have it, and
+    /// it is resent alone for its partition (so a duplicate answer is unambiguous).
+    pub sequence_sent: bool,
 }
 
 impl ProducerBatch {
+    /// A new, empty batch `id` of `topic`/`partition` around `builder`.
+    fn open(
+        id: u64,
+        topic: Arc<str>,
+        partition: i32,
+        builder: BatchBuilder,
+        created: Instant,
+    ) -> ProducerBatch {
+        ProducerBatch {
+            id,
+            topic,
+            partition,
+            payload: Payload::Open(builder),
+            records_count: 0,
+            completion: Arc::new(BatchCompletion::default()),
+            created,
+            attempts: 0,
+            not_before: None,
+            reserved_bytes: 0,
+            sequence: None,
+            sequence_sent: false,
+        }
+    }
+
+    /// Gives the batch its idempotence fields (before its first send with them).
+    fn set_sequence(&mut self, s: Sequenced) {
+        let (pid, epoch, seq) = (s.identity.producer_id, s.identity.epoch, s.base_sequence);
+        match &mut self.payload {
+            Payload::Open(builder) => builder.set_producer(pid, epoch, seq),
+            Payload::Built(bytes) => {
+                // Renumbered after an epoch bump: the fields are inside the CRC (rare path).
+                let mut patched = BytesMut::from(&bytes[..]);
+                set_producer_fields(&mut patched, pid, epoch, seq);
+                *bytes = patched.freeze();
+            }
+        }
+        self.sequence = Some(s);
+        self.sequence_sent = false;
+    }
+
+    /// Whether the batch must be the only one of its partition in a request.
+    fn goes_alone(&self) -> bool {
+        self.sequence.is_some() && self.sequence_sent
+    }
+
     /// Bytes on the wire (uncompressed estimate while open).
     pub fn size_bytes(&self) -> usize {
         match &self.payload {
@@ -125,7 +177,18 @@ impl ProducerBatch {
 #[derive(Debug, Default)]
 struct PartitionQueue {
     open: Option<ProducerBatch>,
+    /// In batch id (creation) order, retried batches included.
     ready: VecDeque<ProducerBatch>,
+    /// Idempotent producers: the partition's sequences.
+    sequences: Option<PartitionSequences>,
+}
+
+impl PartitionQueue {
+    /// Puts a batch back in id order (retries go before the batches created after them).
+    fn insert_in_order(&mut self, batch: ProducerBatch) {
+        let at = self.ready.partition_point(|b| b.id < batch.id);
+        self.ready.insert(at, batch);
+    }
 }
 
 /// A topic's partition count and the partitions with a leader, as of one metadata generation.
@@ -166,6 +229,8 @@ pub(crate) struct AccumulatorConfig {
     pub request_size_bytes_max: usize,
     pub in_flight_requests_max: usize,
     pub delivery_timeout: Duration,
+    /// The producer id and epoch of an idempotent producer; `None` without idempotence.
+    pub identity: Option<Identity>,
 }
 
 /// A record borrowed for appending.
@@ -204,6 +269,8 @@ pub(crate) struct Drained {
     pub next_wakeup: Option<Instant>,
     /// Some partition with data has no known leader: metadata should be refreshed.
     pub leader_missing: bool,
+    /// Some partition waits for a new producer id (its epochs are used up).
+    pub producer_id_needed: bool,
 }
 
 /// The accumulator. See the module documentation.
@@ -343,18 +410,14 @@ impl Accumulator {
         let batch_created = queue.open.is_none();
         if batch_created {
             let capacity = batch_size_bytes.max(reserved_bytes);
-            queue.open = Some(ProducerBatch {
-                id: next_id,
+            let builder = BatchBuilder::new(options, capacity);
+            queue.open = Some(ProducerBatch::open(
+                next_id,
                 topic,
                 partition,
-                payload: Payload::Open(BatchBuilder::new(options, capacity)),
-                records_count: 0,
-                completion: Arc::new(BatchCompletion::default()),
-                created: now(),
-                attempts: 0,
-                not_before: None,
-                reserved_bytes: 0,
-            });
+                builder,
+                now(),
+            ));
             next_id += 1;
         }
         let open = queue.open.as_mut().expect("opened above");
@@ -420,7 +483,7 @@ impl Accumulator {
     /// its destination address (`None` while it has no leader).
     pub fn drain(&mut self, now: Instant, route: impl Fn(&str, i32) -> Option<String>) -> Drained {
         let mut drained = Drained::default();
-        let mut building: HashMap<String, (usize, usize)> = HashMap::new();
+        let mut building = Building::default();
         let config = self.config.clone();
         let force_before = if self.closing {
             u64::MAX
@@ -431,35 +494,18 @@ impl Accumulator {
             for queue in &mut queues.partitions {
                 close_if_due(queue, now, &config, force_before, &mut drained.next_wakeup);
                 expire(queue, now, config.delivery_timeout, &mut drained.expired);
-                while let Some(front) = queue.ready.front() {
-                    if let Some(at) = front.not_before.filter(|at| *at > now) {
-                        earliest(&mut drained.next_wakeup, at);
-                        break;
-                    }
-                    let Some(addr) = route(&front.topic, front.partition) else {
-                        drained.leader_missing = true;
-                        break;
-                    };
-                    let size = front.size_bytes();
-                    let fits =
-                        |bytes: usize| bytes == 0 || bytes + size <= config.request_size_bytes_max;
-                    let slot = match building.get(&addr) {
-                        Some(&(slot, bytes)) if fits(bytes) => slot,
-                        _ => {
-                            let in_flight = self.in_flight.entry(addr.clone()).or_insert(0);
-                            if *in_flight >= config.in_flight_requests_max {
-                                break;
-                            }
-                            *in_flight += 1;
-                            drained.requests.push((addr.clone(), Vec::new()));
-                            building.insert(addr.clone(), (drained.requests.len() - 1, 0));
-                            drained.requests.len() - 1
-                        }
-                    };
-                    let batch = queue.ready.pop_front().expect("front exists");
-                    building.get_mut(&addr).expect("inserted").1 += size;
-                    drained.requests[slot].1.push(batch);
+                if let (None, Some(identity)) = (&queue.sequences, config.identity) {
+                    queue.sequences = Some(PartitionSequences::new(identity));
                 }
+                drain_partition(
+                    queue,
+                    now,
+                    &config,
+                    &route,
+                    &mut self.in_flight,
+                    &mut building,
+                    &mut drained,
+                );
             }
         }
         // A sender that got requests drains again right after sending them; otherwise it
@@ -488,14 +534,69 @@ impl Accumulator {
         self.complete(done)
     }
 
-    /// Puts retried batches back at the front of their partitions, keeping their order.
+    /// Puts retried batches back in their partitions, in batch id order (before the batches
+    /// created after them).
     pub fn requeue(&mut self, retry: Vec<ProducerBatch>) {
-        for batch in retry.into_iter().rev() {
+        for batch in retry {
             let index = self.topic(&batch.topic);
             self.topics[index]
                 .queue(batch.partition)
-                .ready
-                .push_front(batch);
+                .insert_in_order(batch);
+        }
+    }
+
+    fn sequences(&mut self, batch: &ProducerBatch) -> Option<&mut PartitionSequences> {
+        let index = self.topic(&batch.topic);
+        self.topics[index].queue(batch.partition).sequences.as_mut()
+    }
+
+    /// The broker acknowledged `batch` (or answered that it already had it).
+    pub fn batch_acked(&mut self, batch: &ProducerBatch) {
+        if batch.sequence.is_some() {
+            if let Some(s) = self.sequences(batch) {
+                s.resolved(batch.id);
+            }
+        }
+    }
+
+    /// What to do with `batch` after `error`: without idempotence, retry what is retriable.
+    /// `Renumber` clears the batch's sequence (it gets a new one when it is sent again).
+    pub fn batch_refused(&mut self, batch: &mut ProducerBatch, error: &ClientError) -> Refusal {
+        let Some(sent) = batch.sequence else {
+            return if error.is_retriable() {
+                Refusal::Retry
+            } else {
+                Refusal::Fail
+            };
+        };
+        let refusal = match self.sequences(batch) {
+            Some(s) => s.refused(batch.id, sent, error.code(), error.is_retriable()),
+            None => Refusal::Fail,
+        };
+        if refusal == Refusal::Renumber {
+            batch.sequence = None;
+            batch.sequence_sent = false;
+        }
+        refusal
+    }
+
+    /// `batch` fails for good although it was to be retried (its retries ran out).
+    pub fn batch_abandoned(&mut self, batch: &ProducerBatch) {
+        if let Some(sent) = batch.sequence {
+            if let Some(s) = self.sequences(batch) {
+                s.abandoned(batch.id, sent);
+            }
+        }
+    }
+
+    /// Gives the partitions that wait for one a new producer id.
+    pub fn set_producer_id(&mut self, identity: Identity) {
+        for queues in &mut self.topics {
+            for queue in &mut queues.partitions {
+                if let Some(s) = queue.sequences.as_mut() {
+                    s.set_producer_id(identity);
+                }
+            }
         }
     }
 
@@ -570,7 +671,88 @@ fn expire(
         .front()
         .is_some_and(|b| b.created + timeout <= now)
     {
-        expired.extend(queue.ready.pop_front());
+        let batch = queue.ready.pop_front().expect("front exists");
+        if let (Some(sent), Some(s)) = (batch.sequence, queue.sequences.as_mut()) {
+            s.abandoned(batch.id, sent);
+        }
+        expired.push(batch);
+    }
+}
+
+/// The requests `drain` is filling: per address, the current request's slot and bytes, and
+/// whether the partition being drained already put a batch into it (and whether that batch
+/// goes alone).
+#[derive(Default)]
+struct Building {
+    by_addr: HashMap<String, (usize, usize)>,
+    partition_in_slot: Option<(usize, bool)>,
+}
+
+/// Moves the sendable batches of one partition into requests: in order, while the front batch
+/// is not waiting for its backoff, has a leader, fits (request size, requests in flight per
+/// address) and, for idempotent producers, can keep or get a sequence. A batch sent before
+/// with its sequence travels alone for its partition.
+fn drain_partition(
+    queue: &mut PartitionQueue,
+    now: Instant,
+    config: &AccumulatorConfig,
+    route: &impl Fn(&str, i32) -> Option<String>,
+    in_flight: &mut HashMap<String, usize>,
+    building: &mut Building,
+    drained: &mut Drained,
+) {
+    building.partition_in_slot = None;
+    while let Some(front) = queue.ready.front() {
+        if let Some(at) = front.not_before.filter(|at| *at > now) {
+            earliest(&mut drained.next_wakeup, at);
+            return;
+        }
+        if let (None, Some(s)) = (front.sequence, &queue.sequences) {
+            if !s.can_assign() {
+                drained.producer_id_needed |= s.needs_producer_id();
+                return;
+            }
+        }
+        let Some(addr) = route(&front.topic, front.partition) else {
+            drained.leader_missing = true;
+            return;
+        };
+        let size = front.size_bytes();
+        let alone = front.goes_alone();
+        let shares = |slot: usize| {
+            building
+                .partition_in_slot
+                .is_none_or(|(s, was_alone)| s != slot || !(alone || was_alone))
+        };
+        let slot = match building.by_addr.get(&addr) {
+            Some(&(slot, bytes))
+                if (bytes == 0 || bytes + size <= config.request_size_bytes_max)
+                    && shares(slot) =>
+            {
+                slot
+            }
+            _ => {
+                let n = in_flight.entry(addr.clone()).or_insert(0);
+                if *n >= config.in_flight_requests_max {
+                    return;
+                }
+                *n += 1;
+                drained.requests.push((addr.clone(), Vec::new()));
+                building
+                    .by_addr
+                    .insert(addr.clone(), (drained.requests.len() - 1, 0));
+                drained.requests.len() - 1
+            }
+        };
+        let mut batch = queue.ready.pop_front().expect("front exists");
+        if batch.sequence.is_none() {
+            if let Some(s) = queue.sequences.as_mut() {
+                batch.set_sequence(s.assign(batch.id, batch.records_count));
+            }
+        }
+        building.by_addr.get_mut(&addr).expect("inserted").1 += size;
+        building.partition_in_slot = Some((slot, alone));
+        drained.requests[slot].1.push(batch);
     }
 }
 
@@ -584,6 +766,7 @@ fn payload_size_bytes(batches: &[ProducerBatch]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::producer::sequence::Identity;
 
     fn config() -> AccumulatorConfig {
         AccumulatorConfig {
@@ -593,6 +776,7 @@ mod tests {
             request_size_bytes_max: 2500,
             in_flight_requests_max: 2,
             delivery_timeout: Duration::from_secs(10),
+            identity: None,
         }
     }
 
@@ -832,6 +1016,121 @@ mod tests {
         assert_eq!(records[1].value, None);
     }
 
+    fn idempotent_config() -> AccumulatorConfig {
+        AccumulatorConfig {
+            request_size_bytes_max: 1 << 20,
+            in_flight_requests_max: 100,
+            identity: Some(Identity {
+                producer_id: 7,
+                epoch: 0,
+            }),
+            ..config()
+        }
+    }
+
+    fn header(batch: &mut ProducerBatch) -> borges_protocol::batch::BatchHeader {
+        batch.build().unwrap();
+        let Payload::Built(bytes) = &batch.payload else {
+            panic!()
+        };
+        borges_protocol::batch::validate(bytes).unwrap()
+    }
+
+    #[test]
+    fn idempotent_batches_are_numbered_in_order_five_per_partition_at_most() {
+        let mut acc = Accumulator::new(idempotent_config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        // Seven full batches of two records each on partition 0.
+        for _ in 0..14 {
+            append(&mut acc, &t, 0, &value(400), now);
+        }
+        let mut drained = acc.drain(now, route);
+        let (addr, batches) = &mut drained.requests[0];
+        assert_eq!(batches.len(), 5, "five unresolved batches per partition");
+        for (i, b) in batches.iter_mut().enumerate() {
+            let h = header(b);
+            assert_eq!((h.producer_id, h.producer_epoch), (7, 0));
+            assert_eq!(h.base_sequence, 2 * i as i32);
+        }
+        assert!(acc.drain(now, route).requests.is_empty());
+        // The first is acknowledged: one more may go, numbered after the fifth.
+        let first = batches.remove(0);
+        acc.batch_acked(&first);
+        acc.finish_request(addr, &[(first.id, first.reserved_bytes)], Vec::new());
+        let mut next = acc.drain(now, route);
+        assert_eq!(next.requests[0].1.len(), 1);
+        assert_eq!(header(&mut next.requests[0].1[0]).base_sequence, 10);
+    }
+
+    #[test]
+    fn retried_batches_go_alone_and_in_id_order() {
+        let mut acc = Accumulator::new(idempotent_config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        for _ in 0..6 {
+            append(&mut acc, &t, 0, &value(400), now);
+        }
+        let drained = acc.drain(now + Duration::from_millis(5), route);
+        let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
+        assert_eq!(batches.len(), 3, "fresh batches share a request");
+        for b in &mut batches {
+            b.build().unwrap();
+            b.attempts = 1;
+            b.sequence_sent = true;
+        }
+        // The responses come back in an order that would put them out of order at the front.
+        let ids: Vec<u64> = batches.iter().map(|b| b.id).collect();
+        let mut batches = batches.into_iter();
+        let (b0, b1, b2) = (
+            batches.next().unwrap(),
+            batches.next().unwrap(),
+            batches.next().unwrap(),
+        );
+        acc.finish_request(&addr, &[], vec![b1]);
+        acc.requeue(vec![b2, b0]);
+        let again = acc.drain(now, route);
+        assert_eq!(again.requests.len(), 3, "one request per retried batch");
+        let resent: Vec<u64> = again.requests.iter().map(|(_, b)| b[0].id).collect();
+        assert_eq!(resent, ids);
+        assert!(again.requests.iter().all(|(_, b)| b.len() == 1));
+    }
+
+    #[test]
+    fn an_unresolvable_gap_renumbers_the_partition_with_a_new_epoch() {
+        let mut acc = Accumulator::new(idempotent_config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        for _ in 0..4 {
+            append(&mut acc, &t, 0, &value(400), now);
+        }
+        let mut drained = acc.drain(now + Duration::from_millis(5), route);
+        let (addr, batches) = drained.requests.remove(0);
+        let gap = ClientError::Broker {
+            code: borges_protocol::ErrorCode::OutOfOrderSequenceNumber,
+            message: None,
+        };
+        let mut retry = Vec::new();
+        for mut b in batches {
+            b.build().unwrap();
+            b.sequence_sent = true;
+            let refusal = acc.batch_refused(&mut b, &gap);
+            assert_eq!(refusal, Refusal::Renumber, "batch {}", b.id);
+            retry.push(b);
+        }
+        acc.finish_request(&addr, &[], retry);
+        let mut again = acc.drain(now, route);
+        let resent = &mut again.requests[0].1;
+        assert_eq!(
+            resent.len(),
+            2,
+            "renumbered batches are fresh: they share a request"
+        );
+        let h: Vec<_> = resent.iter_mut().map(header).collect();
+        assert_eq!((h[0].producer_epoch, h[0].base_sequence), (1, 0));
+        assert_eq!((h[1].producer_epoch, h[1].base_sequence), (1, 2));
+    }
+
     #[test]
     fn completion_wakes_and_reports_once() {
         let c = BatchCompletion::default();
@@ -903,6 +1202,7 @@ mod proptests {
                 request_size_bytes_max: 1 << 20,
                 in_flight_requests_max: 100,
                 delivery_timeout: Duration::from_secs(60),
+                identity: None,
             };
             let mut acc = Accumulator::new(config, 1);
             let topic: Arc<str> = "t".into();

@@ -7,9 +7,15 @@
 //! up to `in_flight_requests_per_connection_max` requests pipelined per connection. Responses
 //! complete the batches' futures, or put retriable failures back into their queues after a
 //! backoff (refreshing metadata when the leader moved or the connection failed).
+//!
+//! With `enable_idempotence` (the default) the producer first gets a producer id
+//! (InitProducerId) and numbers each partition's batches ([`sequence`]): a retry the broker
+//! already has is answered with the original offset instead of being appended again, and up to
+//! five batches per partition may be in flight with their order kept across retries.
 
 pub(crate) mod accumulator;
 pub(crate) mod partitioner;
+pub(crate) mod sequence;
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -26,6 +32,7 @@ use self::accumulator::{
     record_size_upper_bytes, Accumulator, AccumulatorConfig, BatchAck, BatchCompletion, Payload,
     ProducerBatch, RecordRef, TopicRouting,
 };
+use self::sequence::{Identity, Refusal};
 use crate::client::ClientCore;
 use crate::codec;
 use crate::codec::obj;
@@ -65,6 +72,8 @@ struct Inner {
     refresh_running: AtomicBool,
     /// Rate limit of the warnings about retried batches.
     warnings: WarnLimiter,
+    /// An InitProducerId for partitions whose epochs ran out is running.
+    producer_id_running: AtomicBool,
 }
 
 /// Dropped with the last `Producer` clone: lets the sender finish what is queued and exit.
@@ -85,6 +94,10 @@ impl Producer {
         config.validate()?;
         let core = ClientCore::new(client, config.in_flight_requests_per_connection_max)?;
         core.refresh_metadata(Some(&[])).await?;
+        let identity = match config.idempotent() {
+            true => Some(init_producer_id(&core).await?),
+            false => None,
+        };
         let accumulator = Accumulator::new(
             AccumulatorConfig {
                 batch_size_bytes: config.batch_size_bytes,
@@ -97,6 +110,7 @@ impl Producer {
                 request_size_bytes_max: config.request_size_bytes_max,
                 in_flight_requests_max: config.in_flight_requests_per_connection_max,
                 delivery_timeout: Duration::from_millis(config.delivery_timeout_ms),
+                identity,
             },
             seed(),
         );
@@ -110,6 +124,7 @@ impl Producer {
             closed: AtomicBool::new(false),
             refresh_running: AtomicBool::new(false),
             warnings: WarnLimiter::new(WARN_INTERVAL_MS),
+            producer_id_running: AtomicBool::new(false),
         });
         tokio::spawn(run_sender(inner.clone()));
         Ok(Producer {
@@ -296,6 +311,54 @@ impl Inner {
             inner.wake_sender.notify_one();
         });
     }
+
+    /// Asks for a new producer id in the background (a partition used up its epochs), unless
+    /// one is being asked for; retried after `retry_backoff_ms` on failure.
+    fn request_producer_id(self: &Arc<Self>) {
+        if self.producer_id_running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.clone();
+        tokio::spawn(async move {
+            match init_producer_id(&inner.core).await {
+                Ok(identity) => inner.lock().set_producer_id(identity),
+                Err(e) => {
+                    tracing::debug!(error = %e, "InitProducerId failed");
+                    tokio::time::sleep(Duration::from_millis(inner.config.retry_backoff_ms)).await;
+                }
+            }
+            inner.producer_id_running.store(false, Ordering::Release);
+            inner.wake_sender.notify_one();
+        });
+    }
+}
+
+/// A fresh producer id and epoch from any broker (InitProducerId).
+async fn init_producer_id(core: &ClientCore) -> Result<Identity> {
+    let message = obj!(wire::InitProducerIdRequestT {
+        transactional_id: None,
+        transaction_timeout_ms: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+    });
+    let frame = core
+        .call_any(
+            ApiKey::InitProducerId,
+            codec::encode(|fbb| message.pack(fbb)),
+        )
+        .await?;
+    let response = codec::decode!(InitProducerIdResponse, frame)?;
+    crate::error::check_code(response.error_code, response.error_message)?;
+    if response.producer_id < 0 || response.producer_epoch < 0 {
+        return Err(ClientError::Protocol(format!(
+            "InitProducerId answered producer id {} epoch {}",
+            response.producer_id, response.producer_epoch
+        )));
+    }
+    Ok(Identity {
+        producer_id: response.producer_id,
+        epoch: response.producer_epoch,
+    })
 }
 
 /// Resolves to where the record was written, or why it could not be. See [`Producer::send`].
@@ -438,6 +501,9 @@ async fn run_sender(inner: Arc<Inner>) {
         {
             inner.request_metadata_refresh();
         }
+        if drained.producer_id_needed {
+            inner.request_producer_id();
+        }
         for batch in drained.expired {
             let error = ClientError::DeliveryTimeout {
                 timeout_ms: inner.config.delivery_timeout_ms,
@@ -486,6 +552,7 @@ async fn send_request(inner: &Arc<Inner>, addr: String, mut batches: Vec<Produce
     }
     for b in &mut batches {
         b.attempts += 1;
+        b.sequence_sent = b.sequence.is_some();
     }
     let (request, layout) = produce_request(&inner.config, &batches);
     let submitted = match inner.core.connection(&addr).await {
@@ -605,37 +672,45 @@ fn finish_request(
     let mut completions = Vec::new();
     let mut retry = Vec::new();
     let mut refresh = false;
+    let mut acc = inner.lock();
     for (mut batch, outcome) in batches.into_iter().zip(outcomes) {
-        match outcome {
+        let e = match outcome {
             Ok(ack) => {
+                acc.batch_acked(&batch);
                 completions.push((batch.completion.clone(), Ok(ack)));
                 done.push((batch.id, batch.reserved_bytes));
+                continue;
             }
-            Err(e) => {
-                refresh |= e.needs_metadata_refresh();
-                match retry_decision(&inner.config, &batch, &e, now) {
-                    Some(at) => {
-                        warn_retry(inner, &batch, &e);
-                        batch.not_before = Some(at);
-                        retry.push(batch);
-                    }
-                    None => {
-                        let e = if e.is_retriable() && batch.attempts <= inner.config.retries_max {
-                            ClientError::DeliveryTimeout {
-                                timeout_ms: inner.config.delivery_timeout_ms,
-                                last: Box::new(e),
-                            }
-                        } else {
-                            e
-                        };
-                        completions.push((batch.completion.clone(), Err(e)));
-                        done.push((batch.id, batch.reserved_bytes));
-                    }
-                }
-            }
+            Err(e) => e,
+        };
+        refresh |= e.needs_metadata_refresh();
+        let refusal = acc.batch_refused(&mut batch, &e);
+        let at = match refusal {
+            Refusal::Fail => None,
+            Refusal::Retry | Refusal::Renumber => retry_at(&inner.config, &batch, now),
+        };
+        if let Some(at) = at {
+            warn_retry(inner, &batch, &e);
+            batch.not_before = Some(at);
+            retry.push(batch);
+            continue;
         }
+        if refusal != Refusal::Fail {
+            acc.batch_abandoned(&batch);
+        }
+        let e = if refusal == Refusal::Fail || batch.attempts > inner.config.retries_max {
+            e
+        } else {
+            ClientError::DeliveryTimeout {
+                timeout_ms: inner.config.delivery_timeout_ms,
+                last: Box::new(e),
+            }
+        };
+        completions.push((batch.completion.clone(), Err(e)));
+        done.push((batch.id, batch.reserved_bytes));
     }
-    let released = inner.lock().finish_request(addr, &done, retry);
+    let released = acc.finish_request(addr, &done, retry);
+    drop(acc);
     inner.memory.release(released);
     // Futures resolve only after their memory is free and their batches are off the books.
     for (completion, result) in completions {
@@ -648,14 +723,10 @@ fn finish_request(
     inner.wake_sender.notify_one();
 }
 
-/// When to retry `batch` after `error`, or `None` to fail it now.
-fn retry_decision(
-    config: &ProducerConfig,
-    batch: &ProducerBatch,
-    error: &ClientError,
-    now: Instant,
-) -> Option<Instant> {
-    if !error.is_retriable() || batch.attempts > config.retries_max {
+/// When to send `batch` again, or `None` when its retries (`retries_max`) or its time
+/// (`delivery_timeout_ms`) ran out.
+fn retry_at(config: &ProducerConfig, batch: &ProducerBatch, now: Instant) -> Option<Instant> {
+    if batch.attempts > config.retries_max {
         return None;
     }
     let backoff = crate::retry::backoff_ms(
@@ -720,6 +791,11 @@ fn batch_outcomes(
                 batch.topic, batch.partition
             ))),
             Some(p) => match ClientError::from_code(p.error_code, p.error_message.clone()) {
+                // A retry the broker already had: the original's offset (sent alone).
+                Some(e) if e.code() == Some(ErrorCode::DuplicateSequenceNumber) => Ok(BatchAck {
+                    base_offset: p.base_offset,
+                    log_append_time_ms: p.log_append_time_ms,
+                }),
                 Some(e) => Err(e),
                 None => {
                     let base = *next_offset.entry(slot).or_insert(p.base_offset);

@@ -110,6 +110,7 @@ pub fn producer_config(spec: &ProducerSpec) -> ProducerConfig {
         },
         buffer_memory_bytes_max: s.buffer_memory_bytes_max,
         in_flight_requests_per_connection_max: s.in_flight_requests_max as usize,
+        enable_idempotence: s.idempotence,
         ..ProducerConfig::default()
     }
 }

@@ -27,7 +27,7 @@ use super::{
 use crate::clock::now_ns;
 use crate::error::LoadgenError;
 use crate::stats::{ClientStats, SendToken};
-use crate::workload::{CompressionKind, Durability};
+use crate::workload::{AcksKind, CompressionKind, Durability};
 
 const NAME: &str = "kafka";
 /// How long admin operations may take.
@@ -108,7 +108,11 @@ pub fn producer_configs(spec: &ProducerSpec) -> Vec<(&'static str, String)> {
         ),
         // Java's (and Borges's) partitioner for keyed records.
         ("partitioner", "murmur2_random".to_string()),
-        ("enable.idempotence", "false".to_string()),
+        (
+            "enable.idempotence",
+            // librdkafka refuses idempotence without acks=all.
+            (s.idempotence && matches!(s.acks, AcksKind::All)).to_string(),
+        ),
         (
             "message.max.bytes",
             (s.batch_size_bytes.max(1 << 20) * 2).to_string(),
