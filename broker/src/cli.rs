@@ -11,7 +11,7 @@ use crate::config::BrokerConfig;
 /// Arguments of `borges broker`.
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Examples:\n  borges broker\n  borges broker --data-dir /var/lib/borges --listen 0.0.0.0:9292 --cores 8\n  borges broker --config borges.toml\n\nEvery setting, its default and its unit are listed in docs/operations.md."
+    after_help = "Examples:\n  borges broker\n  borges broker --data-dir /var/lib/borges --listen 0.0.0.0:9292 --cores 8\n  borges broker --config borges.toml\n  borges broker --node-id 1 --data-dir n1 --listen 127.0.0.1:9292 --controller-listen 127.0.0.1:9393 --controller-voters 1@127.0.0.1:9393,2@127.0.0.1:9493,3@127.0.0.1:9593\n\nEvery setting, its default and its unit are listed in docs/operations.md."
 )]
 pub struct BrokerArgs {
     /// TOML configuration file (see docs/operations.md).
@@ -36,9 +36,26 @@ pub struct BrokerArgs {
     /// Host advertised to clients in Metadata [default: the listen host].
     #[arg(long, env = "BORGES_ADVERTISED_HOST", value_name = "HOST")]
     pub advertised_host: Option<String>,
-    /// Broker id [default: 0].
-    #[arg(long, env = "BORGES_BROKER_ID", value_name = "ID")]
+    /// Broker id, Kafka's node.id [default: 0].
+    #[arg(
+        long,
+        visible_alias = "node-id",
+        env = "BORGES_BROKER_ID",
+        value_name = "ID"
+    )]
     pub broker_id: Option<i32>,
+    /// Controller-link listener of a cluster member (Raft, registration, heartbeats).
+    #[arg(long, env = "BORGES_CONTROLLER_LISTEN", value_name = "HOST:PORT")]
+    pub controller_listen: Option<String>,
+    /// The controller quorum, comma-separated id@host:port; makes this broker a cluster
+    /// member (a voter if its node id is listed, else broker-only). Needs a directory
+    /// prepared with `borges storage format`.
+    #[arg(
+        long,
+        env = "BORGES_CONTROLLER_VOTERS",
+        value_name = "ID@HOST:PORT,..."
+    )]
+    pub controller_voters: Option<String>,
     /// Write a JSON file with the bound addresses once every core serves.
     #[arg(long, value_name = "FILE")]
     pub ready_file: Option<PathBuf>,
@@ -77,6 +94,17 @@ impl BrokerArgs {
         }
         if let Some(v) = &self.ready_file {
             config.ready_file = Some(v.clone());
+        }
+        if let Some(v) = &self.controller_listen {
+            config.cluster.controller_listen = Some(v.clone());
+        }
+        if let Some(v) = &self.controller_voters {
+            config.cluster.controller_voters = v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect();
         }
         config.validate()?;
         Ok(config)

@@ -47,7 +47,8 @@ impl DurabilityPolicy {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BrokerConfig {
-    /// This broker's id (Kafka's `node.id`).
+    /// This broker's id (Kafka's `node.id`; TOML also `node_id`).
+    #[serde(alias = "node_id")]
     pub broker_id: i32,
     /// Where partitions, metadata and checkpoints live.
     pub data_dir: PathBuf,
@@ -78,6 +79,8 @@ pub struct BrokerConfig {
     pub producers: ProducerSettings,
     /// Thread-per-core runtime settings.
     pub runtime: RuntimeSettings,
+    /// Cluster membership (absent: the single-node default).
+    pub cluster: crate::cluster_config::ClusterSettings,
 }
 
 impl Default for BrokerConfig {
@@ -98,6 +101,7 @@ impl Default for BrokerConfig {
             groups: GroupSettings::default(),
             producers: ProducerSettings::default(),
             runtime: RuntimeSettings::default(),
+            cluster: crate::cluster_config::ClusterSettings::default(),
         }
     }
 }
@@ -440,6 +444,9 @@ impl BrokerConfig {
     /// Checks values and relations between them.
     pub fn validate(&self) -> Result<(), BrokerError> {
         let fail = |m: String| Err(BrokerError::Config(m));
+        if let Err(m) = self.cluster.validate(self.broker_id) {
+            return fail(format!("[cluster] {m}"));
+        }
         match self.listen.parse::<std::net::SocketAddr>() {
             Err(_) => {
                 return fail(format!(

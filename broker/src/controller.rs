@@ -1,8 +1,13 @@
-//! The controller: core 0 owns the metadata store and performs every metadata change, one at a
-//! time: validate, persist, then push the new image to every core and wait until each has
-//! opened, reconfigured or deleted its partitions. Requests arriving on other cores are
-//! forwarded here. With replication this role moves to the Raft controller quorum; the changes
-//! it applies are the same [`MetadataChange`]s.
+//! The controller: core 0 performs every metadata change of this broker, one at a time:
+//! validate, persist, then wait until every core has opened, reconfigured or deleted its
+//! partitions. Requests arriving on other cores are forwarded here.
+//!
+//! Single node: core 0 owns the metadata store (a file) and pushes each new image to every
+//! core. Cluster: the change is committed through the Raft metadata log by the active
+//! controller (`ClusterHandle::write`), every member applies it, and this broker answers once
+//! all its cores applied it. Topics are placed on running brokers (`place_replicas`). The
+//! state machine re-validates every change against the image it applies to, so requests
+//! racing on two brokers both commit and the later one is answered with the refusal.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -13,10 +18,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use borges_protocol::ErrorCode;
+use borges_replication::cluster::place_replicas;
 use borges_runtime::sync::Semaphore;
 use borges_runtime::task;
 use futures_channel::oneshot;
 
+use crate::cluster::ClusterHandle;
 use crate::error::BrokerError;
 use crate::failure::Failure;
 use crate::metadata::{
@@ -118,6 +125,8 @@ pub trait ControllerHost {
         &self,
         configs: &BTreeMap<String, String>,
     ) -> Result<(), TopicConfigError>;
+    /// The cluster member, in cluster mode.
+    fn cluster(&self) -> Option<Arc<ClusterHandle>>;
 }
 
 /// A future that stays on its core.
@@ -165,6 +174,11 @@ impl Controller {
 impl Controller {
     /// Loads the metadata store (creating it on first start) and pushes it to every core.
     pub async fn load(&self, host: &dyn ControllerHost) -> Result<(), BrokerError> {
+        if host.cluster().is_some() {
+            // The image comes from the metadata log; `__consumer_offsets` is created once
+            // enough brokers run (`ensure_offsets_topic`).
+            return Ok(());
+        }
         let data_dir = self.settings.data_dir.clone();
         let cores = self.settings.cores;
         let (store, counter) = task::spawn_blocking(move || {
@@ -188,8 +202,11 @@ impl Controller {
         let image = if image.topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
             image
         } else {
-            self.commit(MetadataChange::CreateTopic(self.offsets_topic(&image)))
-                .await?
+            self.commit(
+                host,
+                MetadataChange::CreateTopic(self.offsets_topic(&image)),
+            )
+            .await?
         };
         host.publish(image).await
     }
@@ -211,17 +228,51 @@ impl Controller {
             partitions: image
                 .place(partitions)
                 .into_iter()
-                .map(|core| PartitionRecord {
-                    core,
-                    leader_epoch: 0,
-                    replicas: vec![0],
-                })
+                .map(PartitionRecord::single_node)
                 .collect(),
         }
     }
 
-    /// Persists a change (on a blocking thread) and returns the new image.
-    async fn commit(&self, change: MetadataChange) -> Result<Arc<MetadataImage>, Failure> {
+    /// Cluster mode: creates `__consumer_offsets` once as many brokers run as its
+    /// replication factor asks (capped by the voter count). Returns whether it exists now.
+    pub async fn ensure_offsets_topic(&self, host: &dyn ControllerHost) -> bool {
+        let Some(cluster) = host.cluster() else {
+            return true;
+        };
+        let image = cluster.latest();
+        if image.topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
+            return true;
+        }
+        let voters = cluster.settings.controller_voters.len().max(1);
+        let rf = (cluster.settings.offsets_topic_replication_factor.max(1) as usize).min(voters);
+        let Ok(placed) =
+            place_replicas(&image, self.settings.offsets_topic_partitions as usize, rf)
+        else {
+            return false;
+        };
+        let mut topic = self.offsets_topic(&image);
+        topic.partitions = placed;
+        let _permit = self.lock.acquire_static_permit(1).await;
+        match self.commit(host, MetadataChange::CreateTopic(topic)).await {
+            Ok(_) => true,
+            Err(f) if f.code == ErrorCode::TopicAlreadyExists => true,
+            Err(f) => {
+                tracing::warn!("creating {CONSUMER_OFFSETS_TOPIC}: {f}");
+                false
+            }
+        }
+    }
+
+    /// Persists a change (on a blocking thread, or through the cluster's metadata log) and
+    /// returns the new image.
+    async fn commit(
+        &self,
+        host: &dyn ControllerHost,
+        change: MetadataChange,
+    ) -> Result<Arc<MetadataImage>, Failure> {
+        if let Some(cluster) = host.cluster() {
+            return commit_to_cluster(&cluster, change).await;
+        }
         let store = self.store.borrow_mut().take();
         let Some(mut store) = store else {
             return Err(Failure::new(
@@ -241,7 +292,10 @@ impl Controller {
         Ok(image)
     }
 
-    fn current(&self) -> Arc<MetadataImage> {
+    fn current(&self, host: &dyn ControllerHost) -> Arc<MetadataImage> {
+        if let Some(cluster) = host.cluster() {
+            return cluster.latest();
+        }
         self.store
             .borrow()
             .as_ref()
@@ -311,7 +365,7 @@ impl Controller {
         let mut last = None;
         let mut committed = Vec::new();
         for (i, change, ok) in changes {
-            match self.commit(change).await {
+            match self.commit(host, change).await {
                 Ok(image) => {
                     last = Some(image);
                     results[i] = Ok(ok);
@@ -320,7 +374,8 @@ impl Controller {
                 Err(f) => results[i] = Err(f),
             }
         }
-        if let Some(image) = last {
+        // In cluster mode every core applied the change before `commit` returned.
+        if let Some(image) = last.filter(|_| host.cluster().is_none()) {
             if let Err(e) = host.publish(image).await {
                 tracing::error!("applying metadata on cores failed: {e}");
                 for i in committed {
@@ -340,7 +395,7 @@ impl Controller {
         validate_only: bool,
     ) -> Results<TopicCreated> {
         let mut results = pending(topics.len());
-        let mut image = (*self.current()).clone();
+        let mut image = (*self.current(host)).clone();
         let mut changes = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (i, t) in topics.into_iter().enumerate() {
@@ -357,7 +412,10 @@ impl Controller {
                     let created = TopicCreated {
                         id: record.id,
                         num_partitions: record.partitions.len() as i32,
-                        replication_factor: 1,
+                        replication_factor: record
+                            .partitions
+                            .first()
+                            .map_or(1, |p| p.replicas.len() as i16),
                         configs: record.configs.clone(),
                     };
                     if validate_only {
@@ -419,7 +477,7 @@ impl Controller {
                 ),
             ));
         }
-        if !matches!(t.replication_factor, -1 | 1) {
+        if host.cluster().is_none() && !matches!(t.replication_factor, -1 | 1) {
             return Err(Failure::new(
                 ErrorCode::InvalidReplicationFactor,
                 format!(
@@ -435,26 +493,49 @@ impl Controller {
             .collect();
         host.check_topic_configs(&configs)
             .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e.to_string()))?;
-        let cores = image.place(partitions as usize);
+        let partitions = self.place(host, image, partitions as usize, t.replication_factor)?;
         Ok(TopicRecord {
             name: t.name.clone(),
             id: Uuid::random(),
             internal: false,
             configs,
-            partitions: cores
-                .into_iter()
-                .map(|core| PartitionRecord {
-                    core,
-                    leader_epoch: 0,
-                    replicas: vec![0],
-                })
-                .collect(),
+            partitions,
         })
+    }
+
+    /// Partitions for `count` new ones: on cores of this broker (single node), or replicas
+    /// on distinct running brokers (cluster; -1 = `default_replication_factor`).
+    fn place(
+        &self,
+        host: &dyn ControllerHost,
+        image: &MetadataImage,
+        count: usize,
+        replication_factor: i16,
+    ) -> Result<Vec<PartitionRecord>, Failure> {
+        let Some(cluster) = host.cluster() else {
+            let cores = image.place(count);
+            return Ok(cores
+                .into_iter()
+                .map(PartitionRecord::single_node)
+                .collect());
+        };
+        let rf = match replication_factor {
+            -1 => cluster.settings.default_replication_factor,
+            rf => rf,
+        };
+        if rf < 1 {
+            return Err(Failure::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!("replication factor {rf} must be at least 1"),
+            ));
+        }
+        place_replicas(image, count, rf as usize)
+            .map_err(|e| Failure::new(ErrorCode::InvalidReplicationFactor, e.to_string()))
     }
 
     async fn delete_topics(&self, host: &dyn ControllerHost, names: Vec<String>) -> Results<()> {
         let mut results = pending(names.len());
-        let mut image = (*self.current()).clone();
+        let mut image = (*self.current(host)).clone();
         let mut changes = Vec::new();
         for (i, name) in names.into_iter().enumerate() {
             let Some(t) = image.topics.get(&name) else {
@@ -488,7 +569,7 @@ impl Controller {
         validate_only: bool,
     ) -> Results<()> {
         let mut results = pending(resources.len());
-        let mut image = (*self.current()).clone();
+        let mut image = (*self.current(host)).clone();
         let mut changes = Vec::new();
         for (i, (name, ops)) in resources.into_iter().enumerate() {
             let Some(t) = image.topics.get(&name) else {
@@ -546,7 +627,7 @@ impl Controller {
         validate_only: bool,
     ) -> Results<()> {
         let mut results = pending(topics.len());
-        let mut image = (*self.current()).clone();
+        let mut image = (*self.current(host)).clone();
         let mut changes = Vec::new();
         let max = self.settings.partitions_per_topic_max;
         for (i, (name, count)) in topics.into_iter().enumerate() {
@@ -576,15 +657,14 @@ impl Controller {
                 results[i] = Ok(());
                 continue;
             }
-            let partitions = image
-                .place((count - have) as usize)
-                .into_iter()
-                .map(|core| PartitionRecord {
-                    core,
-                    leader_epoch: 0,
-                    replicas: vec![0],
-                })
-                .collect();
+            let rf = t.partitions.first().map_or(1, |p| p.replicas.len() as i16);
+            let partitions = match self.place(host, &image, (count - have) as usize, rf) {
+                Ok(p) => p,
+                Err(f) => {
+                    results[i] = Err(f);
+                    continue;
+                }
+            };
             let change = MetadataChange::AddPartitions { name, partitions };
             if let Ok(next) = image.apply(&change) {
                 image = next;
@@ -594,6 +674,32 @@ impl Controller {
         self.commit_all(host, changes, &mut results).await;
         results
     }
+}
+
+/// Commits `change` through the metadata log and waits until every core of this broker has
+/// applied it; the image is then this broker's.
+async fn commit_to_cluster(
+    cluster: &ClusterHandle,
+    change: MetadataChange,
+) -> Result<Arc<MetadataImage>, Failure> {
+    let reply = cluster.write(change).await?;
+    if let Some((code, message)) = reply.error {
+        return Err(Failure::new(ErrorCode::from_u16(code), message));
+    }
+    if !cluster
+        .wait_applied(reply.index, cluster.request_timeout())
+        .await
+    {
+        return Err(Failure::new(
+            ErrorCode::RequestTimedOut,
+            format!(
+                "change committed at {} but not applied on every core within {:?}",
+                reply.index,
+                cluster.request_timeout()
+            ),
+        ));
+    }
+    Ok(cluster.latest())
 }
 
 fn pending<T>(n: usize) -> Vec<Result<T, Failure>> {

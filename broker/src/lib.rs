@@ -3,7 +3,8 @@
 //! Modules, from the leaves up (each names only modules before it):
 //! - `assert`: `strict_assert!`, used everywhere.
 //! - `types`, `failure`, [`metadata`], `error`, `metrics`, [`config`], `topic_config`: plain
-//!   values, error types, the metadata image and store, per-core counters.
+//!   values, error types, the metadata image and store, per-core counters;
+//!   `cluster_config`: the `[cluster]` settings.
 //! - `lifecycle`, `request_memory`, `admission`, `mesh`: one core's serving/shutdown state, its
 //!   request memory, its connections and listeners, its outboxes to the other cores.
 //! - `partition`: the partitions a core owns (append, read, long poll, offsets).
@@ -12,6 +13,7 @@
 //! - `shard`: one core's services and the messages between cores.
 //! - `wire`, `handlers`, `dispatch`, `frame_reader`, `connection`: requests from the wire to the
 //!   shard and back.
+//! - `cluster`: a cluster member's Raft executor and its bridge to the cores.
 //! - [`server`]: start-up, executors, listeners, shutdown; [`cli`]: `borges broker`.
 
 #[macro_use]
@@ -19,6 +21,8 @@ mod assert;
 
 mod admission;
 pub mod cli;
+mod cluster;
+pub mod cluster_config;
 pub mod config;
 mod connection;
 mod controller;

@@ -37,6 +37,8 @@ struct Shared {
     shutdown: Arc<AtomicBool>,
     /// Set when start-up failed; every core exits.
     fatal: AtomicBool,
+    /// The cluster member's handle (cluster mode).
+    cluster: Option<Arc<crate::cluster::ClusterHandle>>,
 }
 
 /// Starts the broker and blocks until it has shut down.
@@ -53,10 +55,15 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         cause: e,
     })?;
     let _lock = lock_data_dir(&config)?;
+    let cluster_id = crate::cluster::check_data_dir(&config)?;
     let (files_before, files_after) = executor::raise_open_files_limit();
     let cpus = executor::plan_cpus(config.cores)?;
     let cores = cpus.len();
     check_addresses_free(&config, cores)?;
+    let cluster = match cluster_id {
+        Some(id) => Some(crate::cluster::start(&config, id, cores)?),
+        None => None,
+    };
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // A second signal while shutting down exits at once.
@@ -75,6 +82,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         config: Arc::new(config),
         shutdown,
         fatal: AtomicBool::new(false),
+        cluster: cluster.as_ref().map(|c| c.handle.clone()),
     });
     let runtime = &shared.config.runtime;
     let exec = ExecutorConfig {
@@ -113,6 +121,9 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     let mut errors = Vec::new();
     let watched = shared.clone();
     let results = started.join_watching(|| watched.fatal.store(true, Ordering::SeqCst));
+    if let Some(c) = cluster {
+        c.join();
+    }
     for (core, result) in results.into_iter().enumerate() {
         let error = match result {
             Ok(Ok(())) => continue,
@@ -242,6 +253,9 @@ async fn core_main(
     };
     tracing::debug!(core = id, "storage ready");
     let shard = Shard::new(id, senders.cores(), config, storage);
+    if let Some(cluster) = &shared.cluster {
+        shard.follow_cluster(cluster.clone());
+    }
     shard.start(&senders, receivers);
     task::spawn(accept_when_serving(shard.clone())).detach();
     let result = if id == 0 {
@@ -270,7 +284,13 @@ async fn orchestrate(shard: &Rc<Shard>, shared: &Shared) -> Result<(), BrokerErr
         }
         tracing::info!("shutting down: finishing in-flight requests");
     }
+    if let (Some(cluster), true) = (&shared.cluster, startup.is_ok()) {
+        crate::shard::controlled_shutdown(cluster).await;
+    }
     let stopped = shutdown_all(shard).await;
+    if let Some(cluster) = &shared.cluster {
+        cluster.stop().await;
+    }
     startup.and(stopped)
 }
 
@@ -291,6 +311,7 @@ async fn start_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
             addr,
         });
     }
+    shard.join_cluster(&endpoints).await?;
     let endpoints = Arc::new(endpoints);
     for to in 0..shard.cores() {
         if to == shard.id() {

@@ -62,6 +62,12 @@ pub enum Command {
     /// Consumer groups: list, describe, reset offsets, delete.
     #[command(subcommand)]
     Group(GroupCommand),
+    /// Prepare data directories for a cluster (as kafka-storage.sh).
+    #[command(subcommand)]
+    Storage(crate::cluster_cmd::StorageCommand),
+    /// The controller quorum and the brokers (as kafka-metadata-quorum.sh).
+    #[command(subcommand)]
+    Cluster(crate::cluster_cmd::ClusterCommand),
 }
 
 /// Output format of describe and list commands.

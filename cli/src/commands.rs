@@ -37,7 +37,9 @@ pub async fn run(bootstrap: &str, ui: Ui, command: Command) -> anyhow::Result<()
         Command::Produce(args) => crate::produce::run(config, ui, args).await,
         Command::Consume(args) => crate::consume::run(config, ui, args).await,
         Command::Group(group) => crate::group::run(config, group).await,
-        Command::Broker(_) => unreachable!("the broker runs without a tokio runtime"),
+        Command::Broker(_) | Command::Storage(_) | Command::Cluster(_) => {
+            unreachable!("these commands run without a tokio runtime")
+        }
     }
 }
 

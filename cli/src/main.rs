@@ -3,6 +3,7 @@
 //! closed output pipe (`borges ... | head`) ends a command normally (exit 0).
 
 mod args;
+mod cluster_cmd;
 mod commands;
 mod consume;
 mod format;
@@ -27,6 +28,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // The broker runs its own thread-per-core executors and logging: no tokio runtime here.
         Command::Broker(args) => borges_broker::cli::run(args).map_err(anyhow::Error::from),
+        // Local files and the blocking controller-link client: no tokio runtime either.
+        Command::Storage(c) => cluster_cmd::run_storage(c),
+        Command::Cluster(c) => cluster_cmd::run_cluster(c),
         command => {
             let ui = Ui::detect(cli.quiet);
             output::install_logging(cli.log_verbosity, &ui);

@@ -465,9 +465,38 @@ fn config_source(source: wire::ConfigSource) -> ConfigSource {
     }
 }
 
-/// ListOffsets for `queries`, sent to any broker (it forwards to the owning cores).
+/// ListOffsets for `queries`: each partition's query goes to its leader broker when the
+/// metadata knows it (in a cluster only the leader answers; it forwards to the owning core),
+/// the others to any broker. Answers come back in query order.
 pub(crate) async fn list_offsets(
     core: &ClientCore,
+    queries: &[(TopicPartition, OffsetSpec)],
+) -> Result<Vec<ListedOffset>> {
+    let metadata = core.metadata();
+    let mut by_leader: BTreeMap<Option<String>, Vec<usize>> = BTreeMap::new();
+    for (i, (tp, _)) in queries.iter().enumerate() {
+        let addr = metadata.leader_addr(&tp.topic, tp.partition, false);
+        by_leader
+            .entry(addr.map(str::to_string))
+            .or_default()
+            .push(i);
+    }
+    let mut out: Vec<Option<ListedOffset>> = vec![None; queries.len()];
+    for (addr, indexes) in by_leader {
+        let sub: Vec<(TopicPartition, OffsetSpec)> =
+            indexes.iter().map(|&i| queries[i].clone()).collect();
+        let listed = list_offsets_at(core, addr.as_deref(), &sub).await?;
+        for (i, l) in indexes.into_iter().zip(listed) {
+            out[i] = Some(l);
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// ListOffsets for `queries` at `addr`, or at any broker.
+async fn list_offsets_at(
+    core: &ClientCore,
+    addr: Option<&str>,
     queries: &[(TopicPartition, OffsetSpec)],
 ) -> Result<Vec<ListedOffset>> {
     let mut by_topic: BTreeMap<&str, Vec<wire::ListOffsetsPartitionT>> = BTreeMap::new();
@@ -494,9 +523,11 @@ pub(crate) async fn list_offsets(
                 .collect(),
         ),
     });
-    let frame = core
-        .call_any(ApiKey::ListOffsets, codec::encode(|fbb| request.pack(fbb)))
-        .await?;
+    let message = codec::encode(|fbb| request.pack(fbb));
+    let frame = match addr {
+        Some(addr) => core.call(addr, ApiKey::ListOffsets, message).await?,
+        None => core.call_any(ApiKey::ListOffsets, message).await?,
+    };
     let response = decode!(ListOffsetsResponse, frame)?;
     parse_list_offsets(response, queries)
 }

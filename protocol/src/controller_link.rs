@@ -55,6 +55,9 @@ controller_api_keys! {
     DescribeQuorum = 1005;
     /// One node's applied state machine, encoded, with its last applied log position.
     ReadState = 1006;
+    /// A broker's heartbeat to the active controller (broker id and epoch, how far its cores
+    /// applied the metadata log, whether it wants to shut down), answered with its state.
+    BrokerHeartbeat = 1007;
 }
 
 impl std::fmt::Display for ControllerApiKey {

@@ -9,15 +9,21 @@
 //! - [`link`]: the controller link (frames, Hello, messages, a blocking client).
 //! - [`network`]: openraft's network over the link, and the node's tuning.
 //! - [`node`]: one quorum member: storage, Raft, the controller listener.
+//! - [`metadata`]: the metadata image and its changes; [`cluster`]: the broker lifecycle,
+//!   placement and the metadata state machine; [`format`]: `meta.properties`.
 
 // openraft's error types (StorageError, RPCError, RaftError) are large by design; results
 // carrying them are what its traits require.
 #![allow(clippy::result_large_err)]
 
+pub mod cluster;
 pub mod disk;
 pub mod error;
+pub mod format;
 pub mod link;
 pub mod log_store;
+pub mod member;
+pub mod metadata;
 pub mod network;
 pub mod node;
 pub mod rt;

@@ -108,6 +108,17 @@ pub enum LinkError {
     /// The Raft node failed the request.
     #[error("raft: {0}")]
     Raft(String),
+    /// A connection that did not name the cluster may only describe it.
+    #[error("this connection did not give the cluster id: it may only describe the quorum")]
+    ReadOnly,
+    /// The broker's registration is not current (it must register again).
+    #[error("broker {id}: broker epoch {epoch} is not current")]
+    StaleBrokerEpoch {
+        /// Broker id.
+        id: i32,
+        /// The epoch it sent.
+        epoch: u64,
+    },
 }
 
 /// The quorum as one node sees it (the answer to `DescribeQuorum`).

@@ -258,7 +258,7 @@ impl<S: StateMachine> Peer<S> {
 }
 
 /// Sends one request on `conn` and reads its response.
-async fn exchange<Req: Serialize, Resp: DeserializeOwned>(
+pub(crate) async fn exchange<Req: Serialize, Resp: DeserializeOwned>(
     conn: &mut FrameConn,
     key: ControllerApiKey,
     correlation_id: u32,

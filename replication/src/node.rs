@@ -110,8 +110,25 @@ impl NodeConfig {
     }
 }
 
+/// Serves controller-link keys the Raft node itself does not know (the broker lifecycle's
+/// heartbeats): the payload in, the JSON answer or a [`LinkError`] out. Lives on the node's
+/// executor.
+pub trait LinkExtension {
+    /// Whether this extension serves `key`.
+    fn serves(&self, key: ControllerApiKey) -> bool;
+    /// Answers one request.
+    fn handle<'a>(
+        &'a self,
+        key: ControllerApiKey,
+        frame: &'a Frame,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<serde_json::Value, LinkError>> + 'a>,
+    >;
+}
+
 struct Shared<S: StateMachine> {
     config: NodeConfig,
+    extension: Option<Rc<dyn LinkExtension>>,
     raft: Raft<S>,
     sm: StateMachineStore<S>,
     /// Connections being served.
@@ -133,6 +150,15 @@ impl<S: StateMachine> RaftNode<S> {
     pub async fn start(
         config: NodeConfig,
         observer: Option<ApplyObserver<S>>,
+    ) -> Result<RaftNode<S>, ReplicationError> {
+        Self::start_with(config, observer, None).await
+    }
+
+    /// [`RaftNode::start`], with `extension` serving the controller-link keys it names.
+    pub async fn start_with(
+        config: NodeConfig,
+        observer: Option<ApplyObserver<S>>,
+        extension: Option<Rc<dyn LinkExtension>>,
     ) -> Result<RaftNode<S>, ReplicationError> {
         config.validate()?;
         let dir = MetaDir::new(&config.data_dir);
@@ -165,6 +191,7 @@ impl<S: StateMachine> RaftNode<S> {
         .map_err(|e| ReplicationError::Raft(e.to_string()))?;
         let shared = Rc::new(Shared {
             config,
+            extension,
             raft,
             sm,
             connections: Cell::new(0),
@@ -408,10 +435,13 @@ async fn serve<S: StateMachine>(
         return Ok(());
     };
     let corr = first.header.correlation_id;
+    let mut read_only = false;
     let hello = match ControllerApiKey::from_u16(first.header.api_key) {
-        Some(ControllerApiKey::Hello) => {
-            link::decode::<Hello>(&first).and_then(|h| check_hello(shared, h))
-        }
+        Some(ControllerApiKey::Hello) => link::decode::<Hello>(&first).and_then(|h| {
+            // A tool that does not know the cluster id may only read.
+            read_only = h.cluster_id.is_empty() && h.from_node.is_none();
+            check_hello(shared, h)
+        }),
         _ => Err(LinkError::NoHello),
     };
     let refused = hello.is_err();
@@ -420,6 +450,18 @@ async fn serve<S: StateMachine>(
         return Ok(());
     }
     while let Some(frame) = conn.read_frame().await.map_err(link_err)? {
+        let key = ControllerApiKey::from_u16(frame.header.api_key);
+        let reads = matches!(
+            key,
+            Some(ControllerApiKey::DescribeQuorum | ControllerApiKey::ReadState)
+        );
+        if read_only && !reads {
+            let corr = frame.header.correlation_id;
+            let e: Result<(), LinkError> = Err(LinkError::ReadOnly);
+            conn.respond(key.unwrap_or(ControllerApiKey::Hello), corr, &e)
+                .await?;
+            continue;
+        }
         dispatch(shared, &mut conn, frame).await?;
     }
     Ok(())
@@ -427,7 +469,8 @@ async fn serve<S: StateMachine>(
 
 fn check_hello<S: StateMachine>(shared: &Shared<S>, hello: Hello) -> Result<HelloOk, LinkError> {
     let node_id = shared.config.node_id;
-    if hello.cluster_id != shared.config.cluster_id {
+    let tool = hello.cluster_id.is_empty() && hello.from_node.is_none();
+    if hello.cluster_id != shared.config.cluster_id && !tool {
         tracing::warn!(
             theirs = %hello.cluster_id, from_node = ?hello.from_node,
             "controller link: refusing a node of another cluster"
@@ -457,6 +500,10 @@ async fn dispatch<S: StateMachine>(
         let e: Result<(), LinkError> = Err(LinkError::Unsupported(frame.header.api_key));
         return conn.respond(ControllerApiKey::Hello, corr, &e).await;
     };
+    if let Some(ext) = shared.extension.as_ref().filter(|e| e.serves(key)) {
+        let answer = ext.handle(key, &frame).await;
+        return conn.respond(key, corr, &answer).await;
+    }
     let raft = &shared.raft;
     match key {
         ControllerApiKey::RaftVote => match link::decode(&frame) {
@@ -499,6 +546,10 @@ async fn dispatch<S: StateMachine>(
         }
         ControllerApiKey::Hello => {
             let e: Result<(), LinkError> = Err(LinkError::Malformed("second Hello".into()));
+            conn.respond(key, corr, &e).await
+        }
+        ControllerApiKey::BrokerHeartbeat => {
+            let e: Result<(), LinkError> = Err(LinkError::Unsupported(key as u16));
             conn.respond(key, corr, &e).await
         }
     }

@@ -246,7 +246,8 @@ impl Coordinator {
             return Ok(());
         };
         for (p, rec) in topic.partitions.iter().enumerate() {
-            if usize::from(rec.core) != self.core || self.loaded.borrow().contains(&(p as u32)) {
+            let here = self.partitions.replica_here(rec) && self.partitions.leads(rec);
+            if !here || self.loaded.borrow().contains(&(p as u32)) {
                 continue;
             }
             let records =

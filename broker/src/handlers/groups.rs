@@ -119,6 +119,32 @@ fn parse_assignment(
     })
 }
 
+/// Cluster mode: the coordinator is the leader of the group's offsets partition, on its
+/// owning core there: (core, port, broker id, host).
+fn cluster_coordinator(
+    image: &crate::metadata::MetadataImage,
+    partition: u32,
+) -> Result<(usize, u16, i32, String), Failure> {
+    let unavailable = |m: &str| Failure::new(ErrorCode::CoordinatorNotAvailable, m.to_string());
+    let rec = image
+        .topics
+        .get(crate::metadata::CONSUMER_OFFSETS_TOPIC)
+        .and_then(|t| t.partitions.get(partition as usize))
+        .ok_or_else(|| unavailable("the offsets topic does not exist yet"))?;
+    let broker = image
+        .brokers
+        .get(&rec.leader)
+        .ok_or_else(|| unavailable("the offsets partition has no leader"))?;
+    let r = &broker.registration;
+    let port = r
+        .cores
+        .iter()
+        .find(|c| c.core == rec.core)
+        .map(|c| c.port)
+        .ok_or_else(|| unavailable("the leader did not register that core"))?;
+    Ok((usize::from(rec.core), port, r.id, r.host.clone()))
+}
+
 fn find_coordinator(
     shard: &Rc<Shard>,
     frame: &Frame,
@@ -134,21 +160,28 @@ fn find_coordinator(
         .map(|key| {
             let found = check_group_id(key)
                 .and_then(|_| coordinator::coordinator_core(&image, key))
-                .and_then(|(c, _)| {
-                    endpoints.get(c).map(|e| (c, e.addr.port())).ok_or_else(|| {
-                        Failure::new(ErrorCode::CoordinatorNotAvailable, "core not serving yet")
-                    })
+                .and_then(|(c, p)| match shard.cluster_handle() {
+                    None => endpoints
+                        .get(c)
+                        .map(|e| (c, e.addr.port(), shard.config().broker_id, host.clone()))
+                        .ok_or_else(|| {
+                            Failure::new(ErrorCode::CoordinatorNotAvailable, "core not serving yet")
+                        }),
+                    Some(_) => cluster_coordinator(&image, p),
                 });
             let f = found.as_ref().err();
             let message = w::message(fbb, f);
             let k = fbb.create_string(key);
-            let h = fbb.create_string(&host);
-            let (core_id, port) = found.as_ref().map_or((0, 0), |(c, p)| (*c as u16, *p));
+            let (core_id, port, node_id, h) =
+                found.as_ref().map_or((0, 0, -1, ""), |(c, p, n, h)| {
+                    (*c as u16, *p, *n, h.as_str())
+                });
+            let h = fbb.create_string(h);
             wire::Coordinator::create(
                 fbb,
                 &wire::CoordinatorArgs {
                     key: Some(k),
-                    node_id: shard.config().broker_id,
+                    node_id,
                     host: Some(h),
                     port,
                     core_id,

@@ -7,7 +7,7 @@ use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::failure::Failure;
-use crate::metadata::TopicRecord;
+use crate::metadata::{BrokerState, MetadataImage, TopicRecord, NO_LEADER};
 use crate::shard::Shard;
 use crate::wire as w;
 
@@ -98,44 +98,24 @@ pub async fn metadata(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
             return Some(w::response(&header, fbb.finished_data(), Vec::new()));
         }
     };
-    let cores: Vec<_> = endpoints
-        .iter()
-        .map(|e| {
-            let h = fbb.create_string(&host);
-            wire::CoreEndpoint::create(
-                &mut fbb,
-                &wire::CoreEndpointArgs {
-                    core_id: e.core,
-                    host: Some(h),
-                    port: e.addr.port(),
-                },
-            )
-        })
-        .collect();
-    let cores = fbb.create_vector(&cores);
-    let h = fbb.create_string(&host);
-    let broker = wire::BrokerMetadata::create(
-        &mut fbb,
-        &wire::BrokerMetadataArgs {
-            broker_id,
-            host: Some(h),
-            port,
-            rack: None,
-            cores: Some(cores),
-        },
-    );
-    let brokers = fbb.create_vector(&[broker]);
+    let cluster = shard.cluster_handle();
+    let brokers = match &cluster {
+        None => vec![single_broker(&mut fbb, &endpoints, &host, broker_id, port)],
+        Some(_) => cluster_brokers(&mut fbb, &image),
+    };
+    let brokers = fbb.create_vector(&brokers);
+    let single = cluster.is_none().then_some(broker_id);
     let mut topics = Vec::new();
     match requested {
         None => {
             for t in image.topics.values() {
-                topics.push(topic(&mut fbb, t, broker_id));
+                topics.push(topic(&mut fbb, t, single));
             }
         }
         Some(names) => {
             for name in names {
                 match image.topics.get(&name) {
-                    Some(t) => topics.push(topic(&mut fbb, t, broker_id)),
+                    Some(t) => topics.push(topic(&mut fbb, t, single)),
                     None => {
                         let n = fbb.create_string(&name);
                         let m = fbb.create_string(&format!("topic {name:?} does not exist"));
@@ -154,14 +134,18 @@ pub async fn metadata(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
         }
     }
     let topics = fbb.create_vector(&topics);
-    let cluster = fbb.create_string(&format!("{:032x}", image.cluster_id.0));
+    let (cluster_id, controller_id) = match &cluster {
+        None => (format!("{:032x}", image.cluster_id.0), broker_id),
+        Some(c) => (c.cluster_id.clone(), c.controller_id().unwrap_or(-1)),
+    };
+    let cluster_id = fbb.create_string(&cluster_id);
     let root = wire::MetadataResponse::create(
         &mut fbb,
         &wire::MetadataResponseArgs {
             error_code: 0,
             error_message: None,
-            cluster_id: Some(cluster),
-            controller_id: broker_id,
+            cluster_id: Some(cluster_id),
+            controller_id,
             brokers: Some(brokers),
             topics: Some(topics),
             metadata_epoch: image.revision as i64,
@@ -171,25 +155,113 @@ pub async fn metadata(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     Some(w::response(&header, fbb.finished_data(), Vec::new()))
 }
 
+/// This broker alone, with every core's own port (single node).
+fn single_broker<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    endpoints: &[crate::types::CoreEndpoint],
+    host: &str,
+    broker_id: i32,
+    port: u16,
+) -> flatbuffers::WIPOffset<wire::BrokerMetadata<'a>> {
+    let cores: Vec<_> = endpoints
+        .iter()
+        .map(|e| core_endpoint(fbb, host, e.core, e.addr.port()))
+        .collect();
+    let cores = fbb.create_vector(&cores);
+    let h = fbb.create_string(host);
+    wire::BrokerMetadata::create(
+        fbb,
+        &wire::BrokerMetadataArgs {
+            broker_id,
+            host: Some(h),
+            port,
+            rack: None,
+            cores: Some(cores),
+        },
+    )
+}
+
+fn core_endpoint<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    host: &str,
+    core: u16,
+    port: u16,
+) -> flatbuffers::WIPOffset<wire::CoreEndpoint<'a>> {
+    let h = fbb.create_string(host);
+    wire::CoreEndpoint::create(
+        fbb,
+        &wire::CoreEndpointArgs {
+            core_id: core,
+            host: Some(h),
+            port,
+        },
+    )
+}
+
+/// Every registered broker that is not fenced, with its per-core ports (cluster mode).
+fn cluster_brokers<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    image: &MetadataImage,
+) -> Vec<flatbuffers::WIPOffset<wire::BrokerMetadata<'a>>> {
+    image
+        .brokers
+        .values()
+        .filter(|b| b.state != BrokerState::Fenced)
+        .map(|b| {
+            let r = &b.registration;
+            let cores: Vec<_> = r
+                .cores
+                .iter()
+                .map(|c| core_endpoint(fbb, &r.host, c.core, c.port))
+                .collect();
+            let cores = fbb.create_vector(&cores);
+            let h = fbb.create_string(&r.host);
+            wire::BrokerMetadata::create(
+                fbb,
+                &wire::BrokerMetadataArgs {
+                    broker_id: r.id,
+                    host: Some(h),
+                    port: r.port,
+                    rack: None,
+                    cores: Some(cores),
+                },
+            )
+        })
+        .collect()
+}
+
+/// A topic's metadata: on a single node (`single` = its broker id) it leads every partition;
+/// in a cluster the image says who leads, the replicas and the ISR.
 fn topic<'a>(
     fbb: &mut FlatBufferBuilder<'a>,
     t: &TopicRecord,
-    broker_id: i32,
+    single: Option<i32>,
 ) -> flatbuffers::WIPOffset<wire::TopicMetadata<'a>> {
     let parts: Vec<_> = t
         .partitions
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let replicas = fbb.create_vector(&[broker_id]);
-            let isr = fbb.create_vector(&[broker_id]);
+            let (leader, replicas, isr) = match single {
+                Some(id) => (id, vec![id], vec![id]),
+                None => (p.leader, p.replicas.clone(), p.isr.clone()),
+            };
+            let replicas = fbb.create_vector(&replicas);
+            let isr = fbb.create_vector(&isr);
+            let leaderless = leader == NO_LEADER;
+            let message =
+                leaderless.then(|| fbb.create_string("no leader: no in-sync replica is running"));
             wire::PartitionMetadata::create(
                 fbb,
                 &wire::PartitionMetadataArgs {
                     partition: i as i32,
-                    error_code: 0,
-                    error_message: None,
-                    leader_id: broker_id,
+                    error_code: if leaderless {
+                        ErrorCode::NotLeaderOrFollower as u16
+                    } else {
+                        0
+                    },
+                    error_message: message,
+                    leader_id: leader,
                     leader_epoch: p.leader_epoch,
                     replicas: Some(replicas),
                     isr: Some(isr),

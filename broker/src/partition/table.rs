@@ -14,7 +14,7 @@ use super::Partition;
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::failure::Failure;
-use crate::metadata::{partition_dir, MetadataImage, TopicRecord, Uuid};
+use crate::metadata::{partition_dir, MetadataImage, PartitionRecord, TopicRecord, Uuid};
 use crate::metrics::CoreMetrics;
 use crate::topic_config;
 use crate::types::PartitionRef;
@@ -75,7 +75,19 @@ impl PartitionTable {
         &self.metrics
     }
 
-    /// The core owning a partition, and the image that says so.
+    /// Whether this core holds a replica of `rec` (on a single node: owns it).
+    pub fn replica_here(&self, rec: &PartitionRecord) -> bool {
+        rec.core_on(self.config.broker_id)
+            .is_some_and(|c| usize::from(c) == self.core)
+    }
+
+    /// Whether this broker leads `rec` (a single node leads everything).
+    pub fn leads(&self, rec: &PartitionRecord) -> bool {
+        !self.config.cluster.enabled() || rec.leader == self.config.broker_id
+    }
+
+    /// The core owning a partition, and the image that says so. In a cluster, only the
+    /// partition's leader serves it; other brokers answer `NotLeaderOrFollower`.
     pub fn locate(
         &self,
         topic: &str,
@@ -100,6 +112,16 @@ impl PartitionTable {
                 ),
             ));
         };
+        if !self.leads(p) {
+            return Err(Failure::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!(
+                    "broker {} does not lead {topic}-{partition} (leader: {}, epoch {}); \
+                     refresh metadata",
+                    self.config.broker_id, p.leader, p.leader_epoch
+                ),
+            ));
+        }
         Ok((usize::from(p.core), image))
     }
 
@@ -145,7 +167,7 @@ impl PartitionTable {
         for t in image.topics.values() {
             self.reconfigure_topic(t, &old).await?;
             for (p, rec) in t.partitions.iter().enumerate() {
-                if usize::from(rec.core) == self.core && !self.has(&t.name, t.id, p) {
+                if self.replica_here(rec) && !self.has(&t.name, t.id, p) {
                     opens.push((t.clone(), p));
                 }
             }
@@ -197,7 +219,10 @@ impl PartitionTable {
             .map_or(0, |p| p.leader_epoch);
         let min_isr = topic_config::min_insync_replicas(&topic.configs);
         strict_assert!(
-            topic.partitions.get(partition).map(|p| usize::from(p.core)) == Some(self.core),
+            topic
+                .partitions
+                .get(partition)
+                .is_some_and(|p| self.replica_here(p)),
             "core {} opens {id}, which the image places elsewhere",
             self.core
         );

@@ -23,6 +23,7 @@ use borges_storage::CoreStorage;
 pub use route::FetchPlan;
 
 use crate::admission::Admission;
+use crate::cluster::ClusterHandle;
 use crate::config::BrokerConfig;
 use crate::controller::{
     Controller, ControllerHost, ControllerRequest, ControllerSettings, LocalFuture,
@@ -63,6 +64,8 @@ pub struct Shard {
     controller: Option<Controller>,
     groups: Rc<Coordinator>,
     metrics: Rc<CoreMetrics>,
+    /// The cluster member of this process, in cluster mode.
+    cluster: std::cell::RefCell<Option<Arc<ClusterHandle>>>,
 }
 
 impl Shard {
@@ -98,6 +101,7 @@ impl Shard {
             groups,
             metrics,
             config,
+            cluster: std::cell::RefCell::new(None),
         })
     }
 
@@ -144,6 +148,34 @@ impl Shard {
     /// This core's copy of the metadata image.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.partitions.image()
+    }
+
+    /// The cluster member of this process (cluster mode).
+    pub fn cluster_handle(&self) -> Option<Arc<ClusterHandle>> {
+        self.cluster.borrow().clone()
+    }
+
+    /// Cluster mode: this core follows the images the cluster member applies, in revision
+    /// order (skipping intermediate ones when it falls behind), and reports how far it got.
+    pub fn follow_cluster(self: &Rc<Self>, handle: Arc<ClusterHandle>) {
+        *self.cluster.borrow_mut() = Some(handle.clone());
+        let shard = self.clone();
+        task::spawn(async move {
+            let mut images = handle.images();
+            loop {
+                let image = images.borrow_and_update().clone();
+                if image.revision > shard.image().revision {
+                    if let Err(e) = shard.apply_metadata(image).await {
+                        tracing::error!(core = shard.id, "applying metadata failed: {e}");
+                    }
+                }
+                handle.set_applied(shard.id, shard.image().revision);
+                if shard.lifecycle.is_shutting_down() || images.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .detach();
     }
 
     /// Starts the tasks of this core: outbox drains, one per inbox, partition maintenance.
@@ -258,6 +290,49 @@ impl Shard {
                 "controller request sent to a core without the controller"
             ),
         }
+    }
+
+    /// Cluster mode (core 0): registers this broker with every core's endpoint and waits until
+    /// every core has applied the metadata log up to the registration (so it serves only
+    /// once caught up); heartbeats then unfence it.
+    pub async fn join_cluster(
+        self: &Rc<Self>,
+        endpoints: &[CoreEndpoint],
+    ) -> Result<(), BrokerError> {
+        let Some(cluster) = self.cluster_handle() else {
+            return Ok(());
+        };
+        let host = crate::cluster::advertised_host(&self.config);
+        let registration = crate::cluster::registration(&self.config, host, endpoints);
+        let epoch = cluster.register(registration).await?;
+        tracing::info!(epoch, "registered with the cluster");
+        if !cluster.wait_applied(epoch, cluster.request_timeout()).await {
+            return Err(BrokerError::Config(format!(
+                "the cores did not apply the metadata log up to the registration ({epoch}) \
+                 within {:?}",
+                cluster.request_timeout()
+            )));
+        }
+        self.ensure_offsets_topic();
+        Ok(())
+    }
+
+    /// Cluster mode (core 0): creates `__consumer_offsets` once enough brokers run; retries
+    /// every second until it exists.
+    pub fn ensure_offsets_topic(self: &Rc<Self>) {
+        let shard = self.clone();
+        task::spawn(async move {
+            while !shard.lifecycle.is_shutting_down() {
+                let Some(controller) = &shard.controller else {
+                    return;
+                };
+                if controller.ensure_offsets_topic(&*shard).await {
+                    return;
+                }
+                time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+        .detach();
     }
 
     /// Loads the metadata store and pushes it to every core (core 0, at start-up).
@@ -380,6 +455,10 @@ impl ControllerHost for Shard {
     ) -> Result<(), TopicConfigError> {
         topic_config::validate(configs, &self.config)
     }
+
+    fn cluster(&self) -> Option<Arc<ClusterHandle>> {
+        self.cluster_handle()
+    }
 }
 
 fn controller_settings(config: &BrokerConfig, cores: usize) -> ControllerSettings {
@@ -390,5 +469,26 @@ fn controller_settings(config: &BrokerConfig, cores: usize) -> ControllerSetting
         partitions_per_topic_max: config.limits.partitions_per_topic_max,
         default_partitions: config.log.num_partitions,
         offsets_topic_partitions: config.groups.offsets_topic_partitions,
+    }
+}
+
+/// Cluster mode, on SIGTERM: asks the active controller to move this broker's leadership away
+/// (controlled shutdown) and waits until every core applied that, up to
+/// `controlled_shutdown_timeout_ms`.
+pub async fn controlled_shutdown(cluster: &ClusterHandle) {
+    let timeout = Duration::from_millis(cluster.settings.controlled_shutdown_timeout_ms);
+    let asked = time::timeout(timeout, cluster.controlled_shutdown()).await;
+    match asked {
+        Some(Ok(())) => {
+            let revision = cluster.latest().revision;
+            if cluster.wait_applied(revision, timeout).await {
+                tracing::info!("controlled shutdown: leadership moved away");
+            }
+        }
+        Some(Err(f)) => tracing::warn!("controlled shutdown refused: {f}"),
+        None => tracing::warn!(
+            ?timeout,
+            "controlled shutdown: no answer from the controller"
+        ),
     }
 }

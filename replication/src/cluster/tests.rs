@@ -1,0 +1,215 @@
+use super::*;
+use crate::metadata::{BrokerRegistration, CorePort, TopicRecord, Uuid};
+
+fn registration(id: i32, cores: u16) -> BrokerRegistration {
+    BrokerRegistration {
+        id,
+        incarnation: Uuid::random(),
+        host: "127.0.0.1".into(),
+        port: 9000 + id as u16,
+        cores: (0..cores).map(|core| CorePort { core, port: 0 }).collect(),
+        controller_addr: format!("127.0.0.1:{}", 9100 + id),
+    }
+}
+
+/// Applies commands as a state machine would, at consecutive indexes.
+struct Log {
+    sm: ClusterMetadata,
+    index: u64,
+}
+
+impl Log {
+    fn new() -> Log {
+        Log {
+            sm: ClusterMetadata::default(),
+            index: 0,
+        }
+    }
+
+    fn apply(&mut self, c: MetadataChange) -> ChangeReply {
+        self.index += 1;
+        self.sm.apply(self.index, 1, &c)
+    }
+
+    fn image(&self) -> &MetadataImage {
+        &self.sm.image
+    }
+
+    /// Registers and unfences brokers 1..=n; returns their epochs.
+    fn brokers(&mut self, n: i32, cores: u16) -> Vec<u64> {
+        let mut epochs = Vec::new();
+        for id in 1..=n {
+            let epoch = self.apply(MetadataChange::RegisterBroker(registration(id, cores)));
+            assert_eq!(epoch.error, None);
+            let r = self.apply(MetadataChange::UnfenceBroker {
+                id,
+                epoch: epoch.index,
+            });
+            assert_eq!(r.error, None);
+            epochs.push(epoch.index);
+        }
+        epochs
+    }
+
+    fn topic(&mut self, name: &str, partitions: usize, rf: usize) {
+        let placed = place_replicas(self.image(), partitions, rf).unwrap();
+        let r = self.apply(MetadataChange::CreateTopic(TopicRecord {
+            name: name.into(),
+            id: Uuid::random(),
+            internal: false,
+            configs: BTreeMap::new(),
+            partitions: placed,
+        }));
+        assert_eq!(r.error, None);
+    }
+
+    fn partition(&self, name: &str, p: usize) -> PartitionRecord {
+        self.image().topics[name].partitions[p].clone()
+    }
+}
+
+#[test]
+fn placement_uses_distinct_brokers_and_spreads_leaders_and_cores() {
+    let mut log = Log::new();
+    log.brokers(3, 2);
+    log.topic("t", 6, 3);
+    let mut leaders = BTreeMap::new();
+    let mut cores: BTreeMap<(i32, u16), usize> = BTreeMap::new();
+    for p in &log.image().topics["t"].partitions {
+        let mut r = p.replicas.clone();
+        r.sort();
+        r.dedup();
+        assert_eq!(r.len(), 3, "{p:?}");
+        assert_eq!(p.isr, p.replicas);
+        assert_eq!(p.leader, p.replicas[0]);
+        assert_eq!(Some(p.core), p.core_on(p.leader));
+        *leaders.entry(p.leader).or_insert(0) += 1;
+        for (b, c) in p.replicas.iter().zip(&p.replica_cores) {
+            *cores.entry((*b, *c)).or_default() += 1;
+        }
+    }
+    assert_eq!(leaders.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
+    assert!(cores.values().all(|&n| n == 3), "{cores:?}");
+    assert!(place_replicas(log.image(), 1, 4).is_err());
+}
+
+#[test]
+fn fencing_moves_leadership_to_the_isr_and_bumps_the_epoch() {
+    let mut log = Log::new();
+    let epochs = log.brokers(3, 1);
+    log.topic("t", 3, 3);
+    let before = log.partition("t", 0);
+    let leader = before.leader;
+    let epoch = epochs[(leader - 1) as usize];
+    let stale = log.apply(MetadataChange::FenceBroker {
+        id: leader,
+        epoch: epoch + 100,
+    });
+    assert!(stale.error.is_some());
+    assert_eq!(
+        log.partition("t", 0),
+        before,
+        "a stale epoch changes nothing"
+    );
+    assert_eq!(
+        log.apply(MetadataChange::FenceBroker { id: leader, epoch })
+            .error,
+        None
+    );
+    let after = log.partition("t", 0);
+    assert_ne!(after.leader, leader);
+    assert!(after.isr.contains(&after.leader) && !after.isr.contains(&leader));
+    assert_eq!(after.leader_epoch, before.leader_epoch + 1);
+    assert_eq!(Some(after.core), after.core_on(after.leader));
+    for p in &log.image().topics["t"].partitions {
+        assert_ne!(p.leader, leader);
+    }
+    assert_eq!(log.image().brokers[&leader].state, BrokerState::Fenced);
+}
+
+#[test]
+fn the_last_isr_member_keeps_its_place_and_leads_again_when_back() {
+    let mut log = Log::new();
+    let epochs = log.brokers(1, 1);
+    log.topic("t", 1, 1);
+    log.apply(MetadataChange::FenceBroker {
+        id: 1,
+        epoch: epochs[0],
+    });
+    let p = log.partition("t", 0);
+    assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]));
+    let reg = log.apply(MetadataChange::RegisterBroker(registration(1, 1)));
+    assert!(reg.index > epochs[0]);
+    log.apply(MetadataChange::UnfenceBroker {
+        id: 1,
+        epoch: reg.index,
+    });
+    let p = log.partition("t", 0);
+    assert_eq!((p.leader, p.leader_epoch), (1, 2));
+}
+
+#[test]
+fn alter_partition_checks_leader_epochs_and_members() {
+    let mut log = Log::new();
+    let epochs = log.brokers(3, 1);
+    log.topic("t", 1, 3);
+    let p = log.partition("t", 0);
+    let follower = p.replicas[1];
+    let alter = AlterPartition {
+        topic: "t".into(),
+        partition: 0,
+        leader: p.leader,
+        broker_epoch: epochs[(p.leader - 1) as usize],
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr: vec![p.leader, p.replicas[2]],
+    };
+    let wrong_epoch = AlterPartition {
+        leader_epoch: p.leader_epoch + 1,
+        ..alter.clone()
+    };
+    let r = log.apply(MetadataChange::AlterPartition(wrong_epoch));
+    assert_eq!(
+        r.error.map(|e| e.0),
+        Some(ErrorCode::FencedLeaderEpoch as u16)
+    );
+    let not_leader = AlterPartition {
+        leader: follower,
+        broker_epoch: epochs[(follower - 1) as usize],
+        ..alter.clone()
+    };
+    assert!(log
+        .apply(MetadataChange::AlterPartition(not_leader))
+        .error
+        .is_some());
+    assert_eq!(
+        log.apply(MetadataChange::AlterPartition(alter.clone()))
+            .error,
+        None
+    );
+    let q = log.partition("t", 0);
+    assert_eq!(q.isr, alter.isr);
+    assert_eq!(q.partition_epoch, p.partition_epoch + 1);
+    // The same request again carries a stale partition epoch.
+    assert!(log
+        .apply(MetadataChange::AlterPartition(alter))
+        .error
+        .is_some());
+}
+
+#[test]
+fn refused_commands_still_advance_the_revision_and_state_round_trips() {
+    let mut log = Log::new();
+    log.brokers(1, 1);
+    let r = log.apply(MetadataChange::DeleteTopic {
+        name: "nope".into(),
+    });
+    assert_eq!(
+        r.error.map(|e| e.0),
+        Some(ErrorCode::UnknownTopicOrPartition as u16)
+    );
+    assert_eq!(log.image().revision, log.index);
+    let bytes = log.sm.encode().unwrap();
+    let back = ClusterMetadata::decode(&bytes).unwrap();
+    assert_eq!(back.image, log.sm.image);
+}

@@ -1,0 +1,433 @@
+//! One broker's membership of the cluster, on the Raft node's executor: the metadata quorum
+//! node ([`RaftNode`] over [`ClusterMetadata`]), writes forwarded to the active controller
+//! (the Raft leader), registration and heartbeats, and — while this node leads — the
+//! controller's duties: broker sessions, unfencing caught-up brokers, fencing expired ones.
+//!
+//! Sessions live in the active controller's memory only (as in KRaft): a new leader starts
+//! every registered broker's session afresh, so a failover never fences a live broker, and
+//! only state changes (fence, unfence, controlled shutdown) become log records.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use borges_protocol::controller_link::ControllerApiKey;
+use borges_protocol::frame::Frame;
+use borges_runtime::net::TcpStream;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{ChangeReply, ClusterMetadata};
+use crate::error::ReplicationError;
+use crate::link::{self, FrameConn, Hello, HelloOk, LinkError, LinkLimits, QuorumStatus};
+use crate::metadata::{BrokerRegistration, BrokerState, MetadataChange, MetadataImage};
+use crate::network::exchange;
+use crate::node::{LinkExtension, NodeConfig, RaftNode};
+use crate::sm_store::ApplyObserver;
+use crate::types::Raft;
+
+/// How a member runs.
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    /// The Raft node.
+    pub node: NodeConfig,
+    /// How often a broker heartbeats to the active controller.
+    pub heartbeat_interval_ms: u64,
+    /// A broker not heard from for this long is fenced.
+    pub session_timeout_ms: u64,
+    /// How long a metadata write waits for an active controller before it fails.
+    pub request_timeout_ms: u64,
+}
+
+/// A broker's heartbeat.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Broker id.
+    pub id: i32,
+    /// Its broker epoch.
+    pub epoch: u64,
+    /// The metadata revision every one of its cores has applied.
+    pub applied: u64,
+}
+
+/// The active controller's answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeartbeatReply {
+    /// The broker's state after this heartbeat.
+    pub state: BrokerState,
+}
+
+/// The active controller's side: sessions. Lives on the Raft node's executor.
+struct Duties {
+    node_id: u64,
+    session_timeout: Duration,
+    raft: RefCell<Option<Raft<ClusterMetadata>>>,
+    image: RefCell<Arc<MetadataImage>>,
+    /// Last heartbeat per broker id, for the term in `term`.
+    sessions: RefCell<HashMap<i32, Instant>>,
+    term: Cell<u64>,
+}
+
+impl Duties {
+    fn raft(&self) -> Option<Raft<ClusterMetadata>> {
+        self.raft.borrow().clone()
+    }
+
+    /// Whether this node leads; a new term restarts every session.
+    fn leads(&self, raft: &Raft<ClusterMetadata>) -> bool {
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader != Some(self.node_id) {
+            return false;
+        }
+        if self.term.get() != m.current_term {
+            self.term.set(m.current_term);
+            let now = Instant::now();
+            let mut sessions = self.sessions.borrow_mut();
+            sessions.clear();
+            for id in self.image.borrow().brokers.keys() {
+                sessions.insert(*id, now);
+            }
+        }
+        true
+    }
+
+    async fn write(&self, change: MetadataChange) -> Result<ChangeReply, LinkError> {
+        let raft = self.raft().ok_or(LinkError::Raft("not started".into()))?;
+        raft.client_write(change)
+            .await
+            .map(|r| r.data)
+            .map_err(|e| LinkError::Raft(e.to_string()))
+    }
+
+    async fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatReply, LinkError> {
+        let raft = self.raft().ok_or(LinkError::Raft("not started".into()))?;
+        if !self.leads(&raft) {
+            let m = raft.metrics().borrow().clone();
+            let leader_addr = m.current_leader.and_then(|id| {
+                m.membership_config
+                    .membership()
+                    .get_node(&id)
+                    .map(|n| n.addr.clone())
+            });
+            return Err(LinkError::NotLeader {
+                leader_id: m.current_leader,
+                leader_addr,
+            });
+        }
+        let state = {
+            let image = self.image.borrow();
+            match image.brokers.get(&hb.id) {
+                Some(b) if b.epoch == hb.epoch => b.state,
+                _ => {
+                    return Err(LinkError::StaleBrokerEpoch {
+                        id: hb.id,
+                        epoch: hb.epoch,
+                    })
+                }
+            }
+        };
+        self.sessions.borrow_mut().insert(hb.id, Instant::now());
+        if state == BrokerState::Fenced && hb.applied >= hb.epoch {
+            let change = MetadataChange::UnfenceBroker {
+                id: hb.id,
+                epoch: hb.epoch,
+            };
+            if let Some((_, e)) = self.write(change).await?.error {
+                tracing::warn!(broker = hb.id, "unfencing refused: {e}");
+                return Ok(HeartbeatReply { state });
+            }
+            tracing::info!(broker = hb.id, epoch = hb.epoch, "broker unfenced");
+            return Ok(HeartbeatReply {
+                state: BrokerState::Running,
+            });
+        }
+        Ok(HeartbeatReply { state })
+    }
+
+    /// Fences every broker whose session expired (only while this node leads).
+    async fn expire_sessions(&self) {
+        let Some(raft) = self.raft() else { return };
+        if !self.leads(&raft) {
+            return;
+        }
+        let now = Instant::now();
+        let expired: Vec<(i32, u64)> = {
+            let image = self.image.borrow();
+            let mut sessions = self.sessions.borrow_mut();
+            image
+                .brokers
+                .values()
+                .filter(|b| b.state != BrokerState::Fenced)
+                .filter(|b| {
+                    let seen = *sessions.entry(b.registration.id).or_insert(now);
+                    now.duration_since(seen) > self.session_timeout
+                })
+                .map(|b| (b.registration.id, b.epoch))
+                .collect()
+        };
+        for (id, epoch) in expired {
+            match self.write(MetadataChange::FenceBroker { id, epoch }).await {
+                Ok(r) if r.error.is_none() => {
+                    tracing::warn!(broker = id, epoch, "session expired: broker fenced")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(broker = id, "fencing failed: {e}"),
+            }
+        }
+    }
+}
+
+impl LinkExtension for Duties {
+    fn serves(&self, key: ControllerApiKey) -> bool {
+        key == ControllerApiKey::BrokerHeartbeat
+    }
+
+    fn handle<'a>(
+        &'a self,
+        _key: ControllerApiKey,
+        frame: &'a Frame,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<serde_json::Value, LinkError>> + 'a>,
+    > {
+        Box::pin(async move {
+            let hb: Heartbeat = link::decode(frame)?;
+            let reply = self.heartbeat(hb).await?;
+            serde_json::to_value(reply).map_err(|e| LinkError::Malformed(e.to_string()))
+        })
+    }
+}
+
+/// A connection to the active controller, opened on demand. Lives on the node's executor.
+struct LeaderLink {
+    cluster_id: String,
+    node_id: u64,
+    limits: LinkLimits,
+    conn: Option<(String, FrameConn)>,
+    correlation_id: u32,
+}
+
+impl LeaderLink {
+    async fn call<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &mut self,
+        addr: &str,
+        key: ControllerApiKey,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Result<Resp, LinkError>, String> {
+        let work = async {
+            let mut conn = match self.conn.take() {
+                Some((a, c)) if a == addr => c,
+                _ => self.connect(addr).await?,
+            };
+            self.correlation_id = self.correlation_id.wrapping_add(1);
+            let answer = exchange(&mut conn, key, self.correlation_id, request).await?;
+            self.conn = Some((addr.to_string(), conn));
+            Ok(answer)
+        };
+        match borges_runtime::time::timeout(timeout, work).await {
+            Some(r) => r,
+            None => Err(format!("{addr}: {key} timed out")),
+        }
+    }
+
+    async fn connect(&mut self, addr: &str) -> Result<FrameConn, String> {
+        let sock = link::resolve(addr).map_err(|e| format!("{addr}: {e}"))?;
+        let stream = TcpStream::connect(sock)
+            .await
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let mut conn = FrameConn::new(stream, self.limits.frame_size_bytes_max);
+        let hello = Hello {
+            cluster_id: self.cluster_id.clone(),
+            from_node: Some(self.node_id),
+            to_node: None,
+        };
+        let ok: Result<HelloOk, LinkError> =
+            exchange(&mut conn, ControllerApiKey::Hello, 0, &hello).await?;
+        ok.map_err(|e| format!("{addr}: {e}"))?;
+        Ok(conn)
+    }
+}
+
+/// A broker's cluster membership. Lives on the Raft node's executor.
+pub struct ClusterMember {
+    node: RaftNode<ClusterMetadata>,
+    config: MemberConfig,
+    duties: Rc<Duties>,
+    /// Idle connections to the active controller (one per concurrent caller).
+    links: RefCell<Vec<LeaderLink>>,
+    /// Set once: stops heartbeats and session checks.
+    stopped: Cell<bool>,
+}
+
+impl ClusterMember {
+    /// Starts the Raft node; `on_image` sees every applied image (on this executor).
+    pub async fn start(
+        config: MemberConfig,
+        on_image: Rc<dyn Fn(Arc<MetadataImage>)>,
+    ) -> Result<Rc<ClusterMember>, ReplicationError> {
+        let duties = Rc::new(Duties {
+            node_id: config.node.node_id,
+            session_timeout: Duration::from_millis(config.session_timeout_ms),
+            raft: RefCell::new(None),
+            image: RefCell::new(Arc::new(MetadataImage::default())),
+            sessions: RefCell::new(HashMap::new()),
+            term: Cell::new(0),
+        });
+        let d = duties.clone();
+        let observer: ApplyObserver<ClusterMetadata> = Rc::new(move |state, _| {
+            *d.image.borrow_mut() = state.image.clone();
+            on_image(state.image.clone());
+        });
+        let ext: Rc<dyn LinkExtension> = duties.clone();
+        let node = RaftNode::start_with(config.node.clone(), Some(observer), Some(ext)).await?;
+        *duties.raft.borrow_mut() = Some(node.raft().clone());
+        let member = Rc::new(ClusterMember {
+            node,
+            config,
+            duties,
+            links: RefCell::new(Vec::new()),
+            stopped: Cell::new(false),
+        });
+        borges_runtime::side::spawn_detached(session_loop(Rc::downgrade(&member)));
+        Ok(member)
+    }
+
+    /// The Raft node.
+    pub fn node(&self) -> &RaftNode<ClusterMetadata> {
+        &self.node
+    }
+
+    /// The quorum as this node sees it.
+    pub fn status(&self) -> QuorumStatus {
+        self.node.status()
+    }
+
+    /// The latest applied image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.duties.image.borrow().clone()
+    }
+
+    fn take_link(&self) -> LeaderLink {
+        self.links.borrow_mut().pop().unwrap_or_else(|| LeaderLink {
+            cluster_id: self.config.node.cluster_id.clone(),
+            node_id: self.config.node.node_id,
+            limits: self.config.node.link.clone(),
+            conn: None,
+            correlation_id: 0,
+        })
+    }
+
+    /// The leader's id and controller-link address, if this node knows one.
+    fn leader(&self) -> Option<(u64, String)> {
+        let m = self.node.metrics();
+        let id = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&id)?.addr.clone();
+        Some((id, addr))
+    }
+
+    /// Sends `request` to the active controller, following leader changes, until `timeout`
+    /// passes.
+    async fn to_leader<Req: Serialize, Resp: serde::de::DeserializeOwned>(
+        &self,
+        key: ControllerApiKey,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, LinkError> {
+        let deadline = Instant::now() + timeout;
+        let mut last = LinkError::NotLeader {
+            leader_id: None,
+            leader_addr: None,
+        };
+        while Instant::now() < deadline {
+            if let Some((_, addr)) = self.leader() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let mut link = self.take_link();
+                let answer = link.call::<Req, Resp>(&addr, key, request, left).await;
+                if link.conn.is_some() {
+                    self.links.borrow_mut().push(link);
+                }
+                match answer {
+                    Ok(Ok(answer)) => return Ok(answer),
+                    Ok(Err(e @ LinkError::NotLeader { .. })) | Ok(Err(e @ LinkError::Raft(_))) => {
+                        last = e
+                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => last = LinkError::Raft(e),
+                }
+            }
+            borges_runtime::side::Sleep::new(Duration::from_millis(20)).await;
+        }
+        Err(last)
+    }
+
+    /// Commits `change` through the active controller; answers once it is applied there.
+    pub async fn write(&self, change: MetadataChange) -> Result<ChangeReply, LinkError> {
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        self.to_leader(ControllerApiKey::ClientWrite, &change, timeout)
+            .await
+    }
+
+    /// Registers this broker (a new incarnation); answers its broker epoch.
+    pub async fn register(&self, registration: BrokerRegistration) -> Result<u64, LinkError> {
+        let reply = self
+            .write(MetadataChange::RegisterBroker(registration))
+            .await?;
+        match reply.error {
+            None => Ok(reply.index),
+            Some((_, e)) => Err(LinkError::Raft(e)),
+        }
+    }
+
+    /// One heartbeat to the active controller, tried until `timeout`.
+    pub async fn heartbeat(
+        &self,
+        hb: &Heartbeat,
+        timeout: Duration,
+    ) -> Result<HeartbeatReply, LinkError> {
+        self.to_leader(ControllerApiKey::BrokerHeartbeat, hb, timeout)
+            .await
+    }
+
+    /// Stops session checks and the Raft node (a clean stop). Waits up to a second for the
+    /// background loops to let go of the member.
+    pub async fn shutdown(self: Rc<Self>) {
+        self.stopped.set(true);
+        self.links.borrow_mut().clear();
+        let mut member = self;
+        for _ in 0..100 {
+            match Rc::try_unwrap(member) {
+                Ok(m) => return m.node.shutdown().await,
+                Err(still) => member = still,
+            }
+            borges_runtime::side::Sleep::new(Duration::from_millis(10)).await;
+        }
+        tracing::warn!("cluster member still in use at shutdown; Raft not stopped cleanly");
+    }
+
+    /// Whether [`ClusterMember::shutdown`] started.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.get()
+    }
+
+    /// How often to heartbeat.
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.config.heartbeat_interval_ms.max(1))
+    }
+}
+
+async fn session_loop(member: std::rc::Weak<ClusterMember>) {
+    loop {
+        let Some(period) = member.upgrade().map(|m| m.heartbeat_interval()) else {
+            return;
+        };
+        borges_runtime::side::Sleep::new(period).await;
+        let Some(m) = member.upgrade() else { return };
+        if m.stopped.get() {
+            return;
+        }
+        let duties = m.duties.clone();
+        drop(m);
+        duties.expire_sessions().await;
+    }
+}
