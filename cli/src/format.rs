@@ -130,8 +130,9 @@ fn nullable(bytes: Option<&[u8]>, null_literal: &str) -> String {
     }
 }
 
-/// `borges topic describe`: the topic line, then one line per partition.
-pub fn describe_lines(topic: &TopicDescription) -> Vec<String> {
+/// `borges topic describe`: the topic line, then one line per partition. `cluster` adds
+/// Kafka 4's `Elr:` and `LastKnownElr:` columns (a single node has no ELR to show).
+pub fn describe_lines(topic: &TopicDescription, cluster: bool) -> Vec<String> {
     let configs: Vec<String> = topic
         .configs
         .iter()
@@ -148,7 +149,7 @@ pub fn describe_lines(topic: &TopicDescription) -> Vec<String> {
     )];
     for p in &topic.partitions {
         lines.push(format!(
-            "\tTopic: {}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
+            "\tTopic: {}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}{}",
             topic.name,
             p.partition,
             if p.leader < 0 {
@@ -157,7 +158,13 @@ pub fn describe_lines(topic: &TopicDescription) -> Vec<String> {
                 p.leader.to_string()
             },
             join_ids(&p.replicas),
-            join_ids(&p.isr)
+            join_ids(&p.isr),
+            // ELR (KIP-966) is not tracked yet: both lists are empty.
+            if cluster {
+                "\tElr: \tLastKnownElr: "
+            } else {
+                ""
+            }
         ));
     }
     lines
@@ -649,12 +656,16 @@ mod tests {
             ],
         };
         assert_eq!(
-            describe_lines(&topic),
+            describe_lines(&topic, false),
             vec![
                 "Topic: orders\tTopicId: yF2pitsBTHOp8ePxuApscw\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: cleanup.policy=compact,segment.ms=1000",
                 "\tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1",
                 "\tTopic: orders\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1",
             ]
+        );
+        assert_eq!(
+            describe_lines(&topic, true)[1],
+            "\tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: \tLastKnownElr: "
         );
     }
 

@@ -147,11 +147,16 @@ async fn describe(
             print_json(out, &json!(docs))?;
         }
         Format::Text => {
+            // Kafka 4's ELR columns where there is a cluster to speak of.
+            let cluster = admin.broker_ids().len() > 1
+                || topics
+                    .iter()
+                    .any(|t| t.partitions.iter().any(|p| p.replicas.len() > 1));
             for topic in &topics {
                 let lines = if all_configs {
                     all_configs_lines(&topic.name, &topic.configs)
                 } else {
-                    describe_lines(topic)
+                    describe_lines(topic, cluster)
                 };
                 for line in lines {
                     writeln!(out, "{line}")?;

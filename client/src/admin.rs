@@ -170,6 +170,13 @@ impl Admin {
         Ok(names)
     }
 
+    /// Ids of the brokers the last metadata listed (in a cluster: every live broker).
+    pub fn broker_ids(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = self.core.metadata().brokers.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Describes topics: id, partitions with leader, replicas, ISR and owning core, and every
     /// config. Fails when a topic does not exist.
     pub async fn describe_topics(&self, names: &[&str]) -> Result<Vec<TopicDescription>> {

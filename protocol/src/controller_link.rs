@@ -58,6 +58,9 @@ controller_api_keys! {
     /// A broker's heartbeat to the active controller (broker id and epoch, how far its cores
     /// applied the metadata log, whether it wants to shut down), answered with its state.
     BrokerHeartbeat = 1007;
+    /// A broker-only member asks the active controller to add it as a learner (it then
+    /// receives the metadata log without voting).
+    AddLearner = 1008;
 }
 
 impl std::fmt::Display for ControllerApiKey {

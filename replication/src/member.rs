@@ -51,6 +51,15 @@ pub struct Heartbeat {
     pub applied: u64,
 }
 
+/// A broker-only member's request to follow the log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddLearner {
+    /// Its node id.
+    pub node_id: u64,
+    /// Its controller-link address.
+    pub addr: String,
+}
+
 /// The active controller's answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HeartbeatReply {
@@ -100,20 +109,47 @@ impl Duties {
             .map_err(|e| LinkError::Raft(e.to_string()))
     }
 
+    fn not_leader(raft: &Raft<ClusterMetadata>) -> LinkError {
+        let m = raft.metrics().borrow().clone();
+        let leader_addr = m.current_leader.and_then(|id| {
+            m.membership_config
+                .membership()
+                .get_node(&id)
+                .map(|n| n.addr.clone())
+        });
+        LinkError::NotLeader {
+            leader_id: m.current_leader,
+            leader_addr,
+        }
+    }
+
+    /// Adds a broker-only member as a learner (a no-op when it is one already).
+    async fn add_learner(&self, req: AddLearner) -> Result<(), LinkError> {
+        let raft = self.raft().ok_or(LinkError::Raft("not started".into()))?;
+        if !self.leads(&raft) {
+            return Err(Self::not_leader(&raft));
+        }
+        let known = raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&req.node_id)
+            .is_some_and(|n| n.addr == req.addr);
+        if known {
+            return Ok(());
+        }
+        let node = crate::types::Node { addr: req.addr };
+        raft.add_learner(req.node_id, node, false)
+            .await
+            .map(drop)
+            .map_err(|e| LinkError::Raft(e.to_string()))
+    }
+
     async fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatReply, LinkError> {
         let raft = self.raft().ok_or(LinkError::Raft("not started".into()))?;
         if !self.leads(&raft) {
-            let m = raft.metrics().borrow().clone();
-            let leader_addr = m.current_leader.and_then(|id| {
-                m.membership_config
-                    .membership()
-                    .get_node(&id)
-                    .map(|n| n.addr.clone())
-            });
-            return Err(LinkError::NotLeader {
-                leader_id: m.current_leader,
-                leader_addr,
-            });
+            return Err(Self::not_leader(&raft));
         }
         let state = {
             let image = self.image.borrow();
@@ -180,20 +216,30 @@ impl Duties {
 
 impl LinkExtension for Duties {
     fn serves(&self, key: ControllerApiKey) -> bool {
-        key == ControllerApiKey::BrokerHeartbeat
+        matches!(
+            key,
+            ControllerApiKey::BrokerHeartbeat | ControllerApiKey::AddLearner
+        )
     }
 
     fn handle<'a>(
         &'a self,
-        _key: ControllerApiKey,
+        key: ControllerApiKey,
         frame: &'a Frame,
     ) -> std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<serde_json::Value, LinkError>> + 'a>,
     > {
         Box::pin(async move {
-            let hb: Heartbeat = link::decode(frame)?;
-            let reply = self.heartbeat(hb).await?;
-            serde_json::to_value(reply).map_err(|e| LinkError::Malformed(e.to_string()))
+            let value = if key == ControllerApiKey::AddLearner {
+                let req: AddLearner = link::decode(frame)?;
+                self.add_learner(req).await?;
+                serde_json::Value::Null
+            } else {
+                let hb: Heartbeat = link::decode(frame)?;
+                let reply = self.heartbeat(hb).await?;
+                serde_json::to_value(reply).map_err(|e| LinkError::Malformed(e.to_string()))?
+            };
+            Ok(value)
         })
     }
 }
@@ -290,6 +336,14 @@ impl ClusterMember {
             stopped: Cell::new(false),
         });
         borges_runtime::side::spawn_detached(session_loop(Rc::downgrade(&member)));
+        if !member
+            .config
+            .node
+            .voters
+            .contains_key(&member.config.node.node_id)
+        {
+            member.join_as_learner().await?;
+        }
         Ok(member)
     }
 
@@ -316,6 +370,55 @@ impl ClusterMember {
             conn: None,
             correlation_id: 0,
         })
+    }
+
+    /// A broker-only member: asks the voters (following the leader hint) to add it as a
+    /// learner, until one does or `request_timeout_ms` passes.
+    async fn join_as_learner(&self) -> Result<(), ReplicationError> {
+        let node = &self.config.node;
+        let req = AddLearner {
+            node_id: node.node_id,
+            addr: node
+                .advertised
+                .clone()
+                .unwrap_or_else(|| node.listen.to_string()),
+        };
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let deadline = Instant::now() + timeout;
+        let mut hint: Option<String> = None;
+        let mut last = String::from("no voter answered");
+        while Instant::now() < deadline {
+            let addrs: Vec<String> = hint
+                .take()
+                .into_iter()
+                .chain(node.voters.values().cloned())
+                .collect();
+            for addr in addrs {
+                let mut link = self.take_link();
+                let left = Duration::from_millis(node.link.connect_timeout_ms);
+                let answer: Result<Result<serde_json::Value, LinkError>, String> = link
+                    .call(&addr, ControllerApiKey::AddLearner, &req, left)
+                    .await;
+                match answer {
+                    Ok(Ok(_)) => {
+                        tracing::info!(%addr, "added as a learner: following the metadata log");
+                        return Ok(());
+                    }
+                    Ok(Err(LinkError::NotLeader { leader_addr, .. })) => {
+                        hint = leader_addr;
+                        if hint.is_some() {
+                            break;
+                        }
+                    }
+                    Ok(Err(e)) => last = e.to_string(),
+                    Err(e) => last = e,
+                }
+            }
+            borges_runtime::side::Sleep::new(Duration::from_millis(50)).await;
+        }
+        Err(ReplicationError::Raft(format!(
+            "a broker-only member could not join as a learner within {timeout:?}: {last}"
+        )))
     }
 
     /// The leader's id and controller-link address, if this node knows one.

@@ -548,7 +548,7 @@ async fn dispatch<S: StateMachine>(
             let e: Result<(), LinkError> = Err(LinkError::Malformed("second Hello".into()));
             conn.respond(key, corr, &e).await
         }
-        ControllerApiKey::BrokerHeartbeat => {
+        ControllerApiKey::BrokerHeartbeat | ControllerApiKey::AddLearner => {
             let e: Result<(), LinkError> = Err(LinkError::Unsupported(key as u16));
             conn.respond(key, corr, &e).await
         }

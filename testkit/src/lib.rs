@@ -7,6 +7,8 @@
 //! Every broker gets a fresh temporary data directory, a free main port, ephemeral per-core
 //! ports, and a ready file that the broker writes once every core serves.
 
+pub mod cluster;
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

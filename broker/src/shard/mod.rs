@@ -313,6 +313,24 @@ impl Shard {
                 cluster.request_timeout()
             )));
         }
+        // Serve once the controller unfenced this broker (its heartbeat says it caught up).
+        let deadline = std::time::Instant::now() + cluster.request_timeout();
+        loop {
+            let image = cluster.latest();
+            let running = image.brokers.get(&cluster.node_id).is_some_and(|b| {
+                b.epoch == epoch && b.state == crate::metadata::BrokerState::Running
+            });
+            if running {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(BrokerError::Config(format!(
+                    "not unfenced by the active controller within {:?}",
+                    cluster.request_timeout()
+                )));
+            }
+            time::sleep(Duration::from_millis(5)).await;
+        }
         self.ensure_offsets_topic();
         Ok(())
     }
