@@ -107,6 +107,10 @@ impl BrokerArgs {
                 .collect();
         }
         config.validate()?;
+        config
+            .cluster
+            .validate(config.broker_id)
+            .map_err(|m| crate::BrokerError::Config(format!("[cluster] {m}")))?;
         Ok(config)
     }
 }

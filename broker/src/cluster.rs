@@ -191,6 +191,15 @@ pub fn advertised_host(config: &BrokerConfig) -> String {
     }
 }
 
+/// Start-up: checks the data directory (see [`check_data_dir`]) and, for a cluster member,
+/// starts its Raft executor thread.
+pub fn prepare(config: &BrokerConfig, cores: usize) -> Result<Option<ClusterThread>, BrokerError> {
+    match check_data_dir(config)? {
+        Some(cluster_id) => start(config, cluster_id, cores).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// What this broker registers: its advertised host, main port, every core's port and its
 /// controller-link address; a new incarnation per process start.
 pub fn registration(

@@ -444,9 +444,6 @@ impl BrokerConfig {
     /// Checks values and relations between them.
     pub fn validate(&self) -> Result<(), BrokerError> {
         let fail = |m: String| Err(BrokerError::Config(m));
-        if let Err(m) = self.cluster.validate(self.broker_id) {
-            return fail(format!("[cluster] {m}"));
-        }
         match self.listen.parse::<std::net::SocketAddr>() {
             Err(_) => {
                 return fail(format!(

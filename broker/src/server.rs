@@ -55,29 +55,12 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         cause: e,
     })?;
     let _lock = lock_data_dir(&config)?;
-    let cluster_id = crate::cluster::check_data_dir(&config)?;
     let (files_before, files_after) = executor::raise_open_files_limit();
     let cpus = executor::plan_cpus(config.cores)?;
     let cores = cpus.len();
     check_addresses_free(&config, cores)?;
-    let cluster = match cluster_id {
-        Some(id) => Some(crate::cluster::start(&config, id, cores)?),
-        None => None,
-    };
-    let shutdown = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        // A second signal while shutting down exits at once.
-        signal_hook::flag::register_conditional_shutdown(signal, 1, shutdown.clone()).map_err(
-            |e| BrokerError::Io {
-                context: "installing signal handlers".into(),
-                cause: e,
-            },
-        )?;
-        signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| BrokerError::Io {
-            context: "installing signal handlers".into(),
-            cause: e,
-        })?;
-    }
+    let cluster = crate::cluster::prepare(&config, cores)?;
+    let shutdown = install_signal_handlers()?;
     let shared = Arc::new(Shared {
         config: Arc::new(config),
         shutdown,
@@ -121,9 +104,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     let mut errors = Vec::new();
     let watched = shared.clone();
     let results = started.join_watching(|| watched.fatal.store(true, Ordering::SeqCst));
-    if let Some(c) = cluster {
-        c.join();
-    }
+    cluster.map(crate::cluster::ClusterThread::join);
     for (core, result) in results.into_iter().enumerate() {
         let error = match result {
             Ok(Ok(())) => continue,
@@ -142,6 +123,24 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         }
         Some(e) => Err(e),
     }
+}
+
+/// SIGTERM and SIGINT set the returned flag; a second signal while shutting down exits at once.
+fn install_signal_handlers() -> Result<Arc<AtomicBool>, BrokerError> {
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, shutdown.clone()).map_err(
+            |e| BrokerError::Io {
+                context: "installing signal handlers".into(),
+                cause: e,
+            },
+        )?;
+        signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| BrokerError::Io {
+            context: "installing signal handlers".into(),
+            cause: e,
+        })?;
+    }
+    Ok(shutdown)
 }
 
 /// How long start-up waits for the main address to become free: the listening sockets of a

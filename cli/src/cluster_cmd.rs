@@ -18,7 +18,11 @@ use clap::Subcommand;
 pub enum StorageCommand {
     /// Prepare a data directory for a cluster member (writes meta.properties).
     #[command(
-        after_help = "Examples:\n  ID=$(borges storage random-cluster-id)\n  borges storage format --data-dir n1 --cluster-id $ID --node-id 1\n\nEvery member of a cluster is formatted with the same cluster id and its own node id."
+        after_help = concat!(
+            "Examples:\n  ID=$(borges storage random-cluster-id)\n",
+            "  borges storage format --data-dir n1 --cluster-id $ID --node-id 1\n\n",
+            "Every member of a cluster is formatted with the same cluster id and its own node id."
+        )
     )]
     Format {
         /// The broker's data directory.
@@ -44,7 +48,11 @@ pub enum StorageCommand {
 pub enum ClusterCommand {
     /// Describe the controller quorum and every registered broker.
     #[command(
-        after_help = "Examples:\n  borges cluster describe --bootstrap-controller 127.0.0.1:9393\n  borges cluster describe --bootstrap-controller 127.0.0.1:9393,127.0.0.1:9493 --replication"
+        after_help = concat!(
+            "Examples:\n  borges cluster describe --bootstrap-controller 127.0.0.1:9393\n",
+            "  borges cluster describe --bootstrap-controller 127.0.0.1:9393,127.0.0.1:9493 \\\n",
+            "    --replication"
+        )
     )]
     Describe {
         /// Controller-link addresses to try (host:port[,host:port...]).

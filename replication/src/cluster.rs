@@ -226,11 +226,10 @@ pub fn place_replicas(
         });
     }
     let mut load = core_load(image);
-    let mut leaders_placed: usize = image.topics.values().map(|t| t.partitions.len()).sum();
+    let placed_before: usize = image.topics.values().map(|t| t.partitions.len()).sum();
     let mut out = Vec::with_capacity(count);
-    for _ in 0..count {
-        let start = leaders_placed % brokers.len();
-        leaders_placed += 1;
+    for i in 0..count {
+        let start = (placed_before + i) % brokers.len();
         let mut replicas = Vec::with_capacity(rf);
         let mut cores = Vec::with_capacity(rf);
         for j in 0..rf {
