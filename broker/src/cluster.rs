@@ -331,6 +331,13 @@ pub fn start(
     }
 }
 
+/// Waits for the Raft executor thread, if there is one.
+pub fn join(thread: Option<ClusterThread>) {
+    if let Some(t) = thread {
+        t.join();
+    }
+}
+
 /// This broker's session as the Raft executor keeps it. Lives on that executor.
 #[derive(Default)]
 struct Session {

@@ -104,7 +104,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     let mut errors = Vec::new();
     let watched = shared.clone();
     let results = started.join_watching(|| watched.fatal.store(true, Ordering::SeqCst));
-    cluster.into_iter().for_each(crate::cluster::ClusterThread::join);
+    crate::cluster::join(cluster);
     for (core, result) in results.into_iter().enumerate() {
         let error = match result {
             Ok(Ok(())) => continue,

@@ -52,7 +52,13 @@ fn controller_failover_time() {
         let controller = c.wait_for_controller();
         c.kill9(controller);
         let started = Instant::now();
-        c.cli(&["topic", "create", &format!("failover-{trial}"), "--partitions", "1"]);
+        c.cli(&[
+            "topic",
+            "create",
+            &format!("failover-{trial}"),
+            "--partitions",
+            "1",
+        ]);
         ms.push(started.elapsed().as_secs_f64() * 1000.0);
         c.restart(controller);
         c.wait_for_broker_state(controller as i32, BrokerState::Running);
@@ -85,5 +91,8 @@ fn broker_fencing_time() {
         c.restart(victim);
         c.wait_for_broker_state(victim as i32, BrokerState::Running);
     }
-    summary("broker fencing (kill -9 -> fenced in the controller's image)", ms);
+    summary(
+        "broker fencing (kill -9 -> fenced in the controller's image)",
+        ms,
+    );
 }
