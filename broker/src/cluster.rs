@@ -234,6 +234,36 @@ pub fn registration(
     }
 }
 
+/// Producer-id blocks reserved through the metadata log (Kafka's AllocateProducerIds), so
+/// every broker of the cluster hands out ids no other broker does. Lives on the controller
+/// core.
+pub struct ClusterProducerIds(pub Arc<ClusterHandle>);
+
+impl crate::producer_ids::ProducerIdBlocks for ClusterProducerIds {
+    fn reserve(
+        &self,
+        size: i64,
+    ) -> crate::producer_ids::LocalFuture<'_, Result<std::ops::Range<i64>, Failure>> {
+        Box::pin(async move {
+            let change = MetadataChange::AllocateProducerIds {
+                broker: self.0.node_id,
+                size,
+            };
+            let reply = self.0.write(change).await?;
+            if let Some((code, message)) = reply.error {
+                return Err(Failure::new(ErrorCode::from_u16(code), message));
+            }
+            let start = reply.block_start.ok_or_else(|| {
+                Failure::new(
+                    ErrorCode::UnknownServerError,
+                    "no producer-id block in the reply",
+                )
+            })?;
+            Ok(start..start + size)
+        })
+    }
+}
+
 /// The running Raft executor thread.
 pub struct ClusterThread {
     /// The cores' handle.

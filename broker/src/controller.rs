@@ -174,9 +174,13 @@ impl Controller {
 impl Controller {
     /// Loads the metadata store (creating it on first start) and pushes it to every core.
     pub async fn load(&self, host: &dyn ControllerHost) -> Result<(), BrokerError> {
-        if host.cluster().is_some() {
+        if let Some(cluster) = host.cluster() {
             // The image comes from the metadata log; `__consumer_offsets` is created once
-            // enough brokers run (`ensure_offsets_topic`).
+            // enough brokers run (`ensure_offsets_topic`); producer-id blocks come from the
+            // log too, so no two brokers hand out the same id.
+            let blocks = crate::cluster::ClusterProducerIds(cluster);
+            *self.producer_ids.borrow_mut() =
+                Some(Rc::new(ProducerIdManager::new(Box::new(blocks))));
             return Ok(());
         }
         let data_dir = self.settings.data_dir.clone();

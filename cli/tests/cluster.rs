@@ -281,6 +281,8 @@ fn broker_command(dir: &std::path::Path, node_id: &str, ctl: u16) -> std::proces
             &format!("127.0.0.1:{port}"),
             "--metrics-listen",
             "",
+            "--core-port-base",
+            "0",
         ])
         .args(["--controller-listen", &format!("127.0.0.1:{ctl}")])
         .args(["--controller-voters", voters, "--cores", "1"])

@@ -50,6 +50,17 @@ pub(crate) fn apply_broker_change(
             move_leadership_off(next, *id, true);
         }
         MetadataChange::AlterPartition(alter) => alter_partition(next, alter)?,
+        MetadataChange::AllocateProducerIds { broker, size } => {
+            if *size <= 0 || !next.brokers.contains_key(broker) {
+                return Err(MetadataError::Broker(format!(
+                    "broker {broker} cannot reserve {size} producer ids"
+                )));
+            }
+            next.next_producer_id = next
+                .next_producer_id
+                .checked_add(*size)
+                .ok_or_else(|| MetadataError::Broker("producer ids are exhausted".into()))?;
+        }
         MetadataChange::CreateTopic(_)
         | MetadataChange::DeleteTopic { .. }
         | MetadataChange::SetTopicConfigs { .. }
@@ -295,6 +306,9 @@ pub struct ChangeReply {
     pub index: u64,
     /// Why the command changed nothing: (wire error code, message).
     pub error: Option<(u16, String)>,
+    /// For `AllocateProducerIds`: the first id of the reserved block.
+    #[serde(default)]
+    pub block_start: Option<i64>,
 }
 
 /// The cluster metadata as the replicated state machine: the image, advanced by every applied
@@ -329,10 +343,16 @@ impl StateMachine for ClusterMetadata {
     type Reply = ChangeReply;
 
     fn apply(&mut self, index: u64, _term: u64, command: &MetadataChange) -> ChangeReply {
+        let block_start = matches!(command, MetadataChange::AllocateProducerIds { .. })
+            .then_some(self.image.next_producer_id);
         match self.image.apply_at(command, index) {
             Ok(next) => {
                 self.image = Arc::new(next);
-                ChangeReply { index, error: None }
+                ChangeReply {
+                    index,
+                    error: None,
+                    block_start,
+                }
             }
             Err(e) => {
                 // The revision still moves to this index: waiting for "revision >= index"
@@ -343,6 +363,7 @@ impl StateMachine for ClusterMetadata {
                 ChangeReply {
                     index,
                     error: Some((error_code(&e) as u16, e.to_string())),
+                    block_start: None,
                 }
             }
         }

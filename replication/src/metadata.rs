@@ -331,6 +331,9 @@ pub struct MetadataImage {
     /// Registered brokers by id (cluster mode).
     #[serde(default)]
     pub brokers: BTreeMap<i32, BrokerRecord>,
+    /// Start of the next block of producer ids (cluster mode; Kafka's AllocateProducerIds).
+    #[serde(default)]
+    pub next_producer_id: i64,
 }
 
 impl MetadataImage {
@@ -343,6 +346,7 @@ impl MetadataImage {
             cores,
             topics: BTreeMap::new(),
             brokers: BTreeMap::new(),
+            next_producer_id: 0,
         }
     }
 
@@ -520,6 +524,14 @@ pub enum MetadataChange {
     },
     /// A partition leader changes its ISR (Kafka's AlterPartition, KIP-497).
     AlterPartition(AlterPartition),
+    /// A broker reserves the next `size` producer ids (the block starts at the image's
+    /// `next_producer_id` before the change).
+    AllocateProducerIds {
+        /// The reserving broker.
+        broker: i32,
+        /// Ids in the block.
+        size: i64,
+    },
 }
 
 /// An ISR change asked by a partition's leader.

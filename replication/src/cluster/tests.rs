@@ -198,6 +198,27 @@ fn alter_partition_checks_leader_epochs_and_members() {
 }
 
 #[test]
+fn producer_id_blocks_never_overlap() {
+    let mut log = Log::new();
+    log.brokers(2, 1);
+    let a = log.apply(MetadataChange::AllocateProducerIds {
+        broker: 1,
+        size: 1000,
+    });
+    let b = log.apply(MetadataChange::AllocateProducerIds {
+        broker: 2,
+        size: 1000,
+    });
+    assert_eq!((a.block_start, b.block_start), (Some(0), Some(1000)));
+    let refused = log.apply(MetadataChange::AllocateProducerIds {
+        broker: 9,
+        size: 1000,
+    });
+    assert!(refused.error.is_some() && refused.block_start.is_none());
+    assert_eq!(log.image().next_producer_id, 2000);
+}
+
+#[test]
 fn refused_commands_still_advance_the_revision_and_state_round_trips() {
     let mut log = Log::new();
     log.brokers(1, 1);
