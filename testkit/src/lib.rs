@@ -8,9 +8,12 @@
 //! ports, and a ready file that the broker writes once every core serves.
 
 pub mod cluster;
+mod ports;
+
+pub use ports::free_port;
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -36,14 +39,6 @@ pub fn borges_bin() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-/// Finds a free TCP port on 127.0.0.1.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// Options for a test broker.

@@ -90,32 +90,13 @@ pub mod cluster {
         pub tuning: RaftTuning,
     }
 
-    /// A free port below the kernel's ephemeral range (32768 and up), so that a node that
-    /// restarts on it does not find it taken by some connection's ephemeral source port.
-    fn free_port() -> u16 {
-        use std::sync::atomic::{AtomicU16, Ordering};
-        static NEXT: AtomicU16 = AtomicU16::new(0);
-        if NEXT.load(Ordering::Relaxed) == 0 {
-            let seed = (std::process::id() as u64 * 7919
-                + std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.subsec_nanos() as u64))
-                % 12000;
-            let _ =
-                NEXT.compare_exchange(0, 20000 + seed as u16, Ordering::Relaxed, Ordering::Relaxed);
-        }
-        loop {
-            let port = NEXT.fetch_add(1, Ordering::Relaxed);
-            let port = if port >= 32000 {
-                20000 + port % 12000
-            } else {
-                port
-            };
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return port;
-            }
-        }
+    mod ports {
+        include!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testkit/src/ports.rs"
+        ));
     }
+    use ports::free_port;
 
     impl Cluster {
         /// `voters` voter ids 1..=voters plus `learners` more ids, none started yet.
