@@ -56,6 +56,8 @@ struct InFlight {
     capacity: usize,
     changed: Notify,
     closed: std::cell::Cell<bool>,
+    /// Set by the writer when a response ended the connection: the reader stops.
+    ended: std::cell::Cell<bool>,
 }
 
 impl InFlight {
@@ -92,6 +94,23 @@ impl InFlight {
         self.closed.set(true);
         self.changed.notify_all();
     }
+
+    /// A response ended the connection: nothing more is read or answered.
+    fn end(&self) {
+        self.ended.set(true);
+        self.changed.notify_all();
+    }
+
+    /// Resolves once a response ended the connection.
+    async fn ended(&self) {
+        loop {
+            let seen = self.changed.generation();
+            if self.ended.get() {
+                return;
+            }
+            self.changed.changed_since(seen).await;
+        }
+    }
 }
 
 /// Why a connection's reader stopped.
@@ -108,6 +127,9 @@ enum CloseReason {
     /// Answered with this failure; the connection closes after lingering.
     #[error("refused: {0}")]
     Refused(Failure),
+    /// A response ended the connection (see `Response::close_after`); it lingers too.
+    #[error("ended by a response")]
+    Ended,
 }
 
 impl From<ReadStop> for CloseReason {
@@ -147,6 +169,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         capacity: shard.config().limits.in_flight_requests_per_connection_max as usize,
         changed: Notify::default(),
         closed: std::cell::Cell::new(false),
+        ended: std::cell::Cell::new(false),
     });
     let writer = task::spawn(write_loop(shard.clone(), writer_stream, in_flight.clone()));
     let peer_host: Rc<str> = Rc::from(peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h));
@@ -155,7 +178,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     tracing::debug!(%peer, "closing connection: {reason}");
     in_flight.close();
     writer.await;
-    if matches!(reason, CloseReason::Refused(_)) {
+    if matches!(reason, CloseReason::Refused(_) | CloseReason::Ended) {
         linger(&mut stream).await;
     }
 }
@@ -261,7 +284,20 @@ async fn read_loop(
                 return answer_and_close(in_flight, request_header(&reader.rb.buf), failure).await;
             }
         }
-        match until_shutdown(shard, reader.fill(&memory, stream, idle)).await {
+        if in_flight.ended.get() {
+            return CloseReason::Ended;
+        }
+        let filled = futures_lite::future::or(
+            async { Some(until_shutdown(shard, reader.fill(&memory, stream, idle)).await) },
+            async {
+                in_flight.ended().await;
+                None
+            },
+        );
+        let Some(filled) = filled.await else {
+            return CloseReason::Ended;
+        };
+        match filled {
             None => return CloseReason::ShuttingDown,
             Some(Ok(n)) => {
                 let received = &shard.metrics().bytes_received;
@@ -324,6 +360,12 @@ async fn write_loop(shard: Rc<Shard>, mut stream: TcpStream, in_flight: Rc<InFli
         let Some(response) = pending.task.await else {
             continue;
         };
+        let close_after = response.close_after;
+        if response.head.is_empty() {
+            strict_assert!(close_after, "a response without a frame must close");
+            in_flight.end();
+            break;
+        }
         strict_assert_eq!(
             FrameHeader::decode(&response.head, u32::MAX)
                 .ok()
@@ -334,6 +376,10 @@ async fn write_loop(shard: Rc<Shard>, mut stream: TcpStream, in_flight: Rc<InFli
         );
         if let Err(e) = write_response(&shard, &mut stream, response, copy_mode).await {
             tracing::debug!("write failed, closing connection: {e}");
+            break;
+        }
+        if close_after {
+            in_flight.end();
             break;
         }
     }

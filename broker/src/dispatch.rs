@@ -24,11 +24,31 @@ pub async fn request(
 ) -> ResponseTask {
     let header = frame.header;
     let started = borges_runtime::time::Instant::now();
-    let api = match served_api(&header) {
+    let checked = served_api(&header).and_then(|api| {
+        verify_message(api, &frame.message)?;
+        Ok(api)
+    });
+    let api = match checked {
         Ok(api) => api,
+        Err(failure) if ApiKey::from_u16(header.api_key) == Some(ApiKey::ApiVersions) => {
+            // Kafka's rule: ApiVersions is always answered with its version-0 body, so that a
+            // client of any version learns what this broker supports.
+            shard.metrics().count_request(header.api_key, true);
+            let response = handlers::metadata::api_versions_v0(shard, &header, &failure);
+            return task::spawn(async move {
+                drop(permit);
+                Some(response)
+            });
+        }
         Err(failure) => {
             shard.metrics().count_request(header.api_key, true);
-            let response = wire::error_response(&header, &failure);
+            let mut response = wire::error_response(&header, &failure);
+            // A Produce whose message cannot be read may have had acks = 0 (no answer
+            // expected): after this answer the connection closes, so correlation cannot drift.
+            if header.api_key == ApiKey::Produce as u16 && failure.code == ErrorCode::MalformedFrame
+            {
+                response = response.then_close();
+            }
             return task::spawn(async move {
                 drop(permit);
                 Some(response)
@@ -44,6 +64,37 @@ pub async fn request(
         shard.metrics().record_latency(api, started.elapsed());
         response
     })
+}
+
+/// Verifies the request's flatbuffers message (within the protocol's limits) for its API; a
+/// message that does not verify is answered with an `ErrorResponse` before any handler runs.
+fn verify_message(api: ApiKey, message: &[u8]) -> Result<(), Failure> {
+    use borges_protocol::wire as m;
+    match api {
+        ApiKey::ApiVersions => wire::verify::<m::ApiVersionsRequest>(message).map(drop),
+        ApiKey::Metadata => wire::verify::<m::MetadataRequest>(message).map(drop),
+        ApiKey::CreateTopics => wire::verify::<m::CreateTopicsRequest>(message).map(drop),
+        ApiKey::DeleteTopics => wire::verify::<m::DeleteTopicsRequest>(message).map(drop),
+        ApiKey::DescribeConfigs => wire::verify::<m::DescribeConfigsRequest>(message).map(drop),
+        ApiKey::AlterConfigs => wire::verify::<m::AlterConfigsRequest>(message).map(drop),
+        ApiKey::Produce => wire::verify::<m::ProduceRequest>(message).map(drop),
+        ApiKey::Fetch => wire::verify::<m::FetchRequest>(message).map(drop),
+        ApiKey::ListOffsets => wire::verify::<m::ListOffsetsRequest>(message).map(drop),
+        ApiKey::CreatePartitions => wire::verify::<m::CreatePartitionsRequest>(message).map(drop),
+        ApiKey::FindCoordinator => wire::verify::<m::FindCoordinatorRequest>(message).map(drop),
+        ApiKey::ConsumerGroupHeartbeat => {
+            wire::verify::<m::ConsumerGroupHeartbeatRequest>(message).map(drop)
+        }
+        ApiKey::OffsetCommit => wire::verify::<m::OffsetCommitRequest>(message).map(drop),
+        ApiKey::OffsetFetch => wire::verify::<m::OffsetFetchRequest>(message).map(drop),
+        ApiKey::ListGroups => wire::verify::<m::ListGroupsRequest>(message).map(drop),
+        ApiKey::DescribeGroups => wire::verify::<m::DescribeGroupsRequest>(message).map(drop),
+        ApiKey::DeleteGroups => wire::verify::<m::DeleteGroupsRequest>(message).map(drop),
+        ApiKey::OffsetForLeaderEpoch => {
+            wire::verify::<m::OffsetForLeaderEpochRequest>(message).map(drop)
+        }
+        ApiKey::InitProducerId => wire::verify::<m::InitProducerIdRequest>(message).map(drop),
+    }
 }
 
 /// The API of a request this broker serves, or why it is refused.

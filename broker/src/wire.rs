@@ -11,10 +11,31 @@ use crate::types::SendChunk;
 
 /// A response ready to write: the frame header and message, then payload chunks.
 pub struct Response {
-    /// Frame header + flatbuffers message.
+    /// Frame header + flatbuffers message; empty for [`Response::close_only`].
     pub head: Bytes,
     /// The payload region, in order.
     pub payload: Vec<SendChunk>,
+    /// The connection closes once this response is written (a Produce whose `acks` the broker
+    /// cannot know, or an `acks = 0` Produce that failed).
+    pub close_after: bool,
+}
+
+impl Response {
+    /// No frame: the connection closes instead (an `acks = 0` Produce that failed: Kafka's rule,
+    /// so the producer learns of the failure without a frame it never asked for).
+    pub fn close_only() -> Response {
+        Response {
+            head: Bytes::new(),
+            payload: Vec::new(),
+            close_after: true,
+        }
+    }
+
+    /// This response, then the connection closes.
+    pub fn then_close(mut self) -> Response {
+        self.close_after = true;
+        self
+    }
 }
 
 /// Verifies a request message (bounded by the protocol's `MessageLimits`) and returns its root
@@ -39,6 +60,7 @@ pub fn response(request: &FrameHeader, message: &[u8], payload: Vec<SendChunk>) 
         Ok(_) => Response {
             head: head.freeze(),
             payload,
+            close_after: false,
         },
         // Payloads are bounded by fetch.response_bytes_max, so this means a broken invariant;
         // answer with an error instead of a frame that lies about its size.
@@ -62,6 +84,7 @@ pub fn error_response(request: &FrameHeader, failure: &Failure) -> Response {
     Response {
         head: head.freeze(),
         payload: Vec::new(),
+        close_after: false,
     }
 }
 

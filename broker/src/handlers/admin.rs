@@ -96,7 +96,7 @@ async fn create_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
     let items: Vec<_> = names
         .iter()
         .zip(results.iter())
-        .map(|(name, r)| created_result(&mut fbb, name, r))
+        .map(|(name, r)| created_result(&mut fbb, shard, name, r))
         .collect();
     let items = fbb.create_vector(&items);
     let root = wire::CreateTopicsResponse::create(
@@ -111,18 +111,20 @@ async fn create_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
+/// One topic's result; on success `configs` lists every topic config with its effective value
+/// (the broker defaults included), as DescribeConfigs would.
 fn created_result<'a>(
     fbb: &mut FlatBufferBuilder<'a>,
+    shard: &Shard,
     name: &str,
     r: &Result<TopicCreated, Failure>,
 ) -> flatbuffers::WIPOffset<wire::CreatableTopicResult<'a>> {
     let f = r.as_ref().err();
     let message = w::message(fbb, f);
     let configs = r.as_ref().ok().map(|c| {
-        let entries: Vec<_> = c
-            .configs
+        let entries: Vec<_> = topic_config::effective(&c.configs, shard.config())
             .iter()
-            .map(|(k, v)| {
+            .map(|(k, v, _)| {
                 let k = fbb.create_string(k);
                 let v = fbb.create_string(v);
                 wire::ConfigEntry::create(

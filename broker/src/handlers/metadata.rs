@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use borges_protocol::frame::Frame;
+use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
@@ -13,9 +13,23 @@ use crate::wire as w;
 
 /// Serves ApiVersions: every API this broker serves with its version range.
 pub async fn api_versions(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
-    let header = frame.header;
-    // The request carries only informational fields; a malformed one is still answered.
-    let _ = w::verify::<wire::ApiVersionsRequest>(&frame.message);
+    Some(api_versions_response(&shard, &frame.header, None))
+}
+
+/// The answer to an ApiVersions request this broker cannot serve as sent (a version it does not
+/// support, or a message that does not verify): the version-0 body (header `api_version` 0)
+/// with `failure`'s code and the full list of supported APIs, as Kafka answers.
+pub fn api_versions_v0(shard: &Shard, header: &FrameHeader, failure: &Failure) -> w::Response {
+    let mut v0 = *header;
+    v0.api_version = 0;
+    api_versions_response(shard, &v0, Some(failure))
+}
+
+fn api_versions_response(
+    shard: &Shard,
+    header: &FrameHeader,
+    failure: Option<&Failure>,
+) -> w::Response {
     let mut fbb = FlatBufferBuilder::with_capacity(256);
     let ranges: Vec<wire::ApiVersionRange> = ApiKey::ALL
         .iter()
@@ -24,18 +38,39 @@ pub async fn api_versions(shard: Rc<Shard>, frame: Frame) -> Option<w::Response>
         .collect();
     let ranges = fbb.create_vector(&ranges);
     let version = fbb.create_string(env!("CARGO_PKG_VERSION"));
+    let error_message = w::message(&mut fbb, failure);
     let root = wire::ApiVersionsResponse::create(
         &mut fbb,
         &wire::ApiVersionsResponseArgs {
-            error_code: 0,
-            error_message: None,
+            error_code: w::code(failure),
+            error_message,
             api_versions: Some(ranges),
             broker_software_version: Some(version),
             frame_size_bytes_max: shard.config().limits.frame_size_bytes_max,
         },
     );
     fbb.finish(root, None);
-    Some(w::response(&header, fbb.finished_data(), Vec::new()))
+    w::response(header, fbb.finished_data(), Vec::new())
+}
+
+/// The metadata of a topic that does not exist: `InvalidTopicName` when its name breaks the
+/// rules, else `UnknownTopicOrPartition`.
+fn unknown_topic<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    name: &str,
+) -> flatbuffers::WIPOffset<wire::TopicMetadata<'a>> {
+    let failure = crate::partition::unknown_topic(name);
+    let n = fbb.create_string(name);
+    let m = w::message(fbb, Some(&failure));
+    wire::TopicMetadata::create(
+        fbb,
+        &wire::TopicMetadataArgs {
+            name: Some(n),
+            error_code: failure.code as u16,
+            error_message: m,
+            ..Default::default()
+        },
+    )
 }
 
 /// The host clients should use for this broker.
@@ -116,19 +151,7 @@ pub async fn metadata(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
             for name in names {
                 match image.topics.get(&name) {
                     Some(t) => topics.push(topic(&mut fbb, t, single)),
-                    None => {
-                        let n = fbb.create_string(&name);
-                        let m = fbb.create_string(&format!("topic {name:?} does not exist"));
-                        topics.push(wire::TopicMetadata::create(
-                            &mut fbb,
-                            &wire::TopicMetadataArgs {
-                                name: Some(n),
-                                error_code: ErrorCode::UnknownTopicOrPartition as u16,
-                                error_message: Some(m),
-                                ..Default::default()
-                            },
-                        ));
-                    }
+                    None => topics.push(unknown_topic(&mut fbb, &name)),
                 }
             }
         }

@@ -32,13 +32,19 @@ struct Parsed {
     ranges: Vec<(u32, u32)>,
 }
 
-fn parse(frame: &Frame) -> Result<Parsed, Failure> {
-    let req = w::verify::<wire::ProduceRequest>(&frame.message)?;
-    let acks = Acks::from_wire(req.acks())?;
+/// Why a request failed as a whole, with its `acks` when they are known.
+type Refusal = (Option<Acks>, Failure);
+
+fn parse(frame: &Frame) -> Result<Parsed, Refusal> {
+    let req = w::verify::<wire::ProduceRequest>(&frame.message).map_err(|f| (None, f))?;
+    let acks = Acks::from_wire(req.acks()).map_err(|f| (None, f))?;
     if req.transactional_id().is_some() {
-        return Err(Failure::new(
-            ErrorCode::InvalidRequest,
-            "transactions are not supported yet",
+        return Err((
+            Some(acks),
+            Failure::new(
+                ErrorCode::InvalidRequest,
+                "transactions are not supported yet",
+            ),
         ));
     }
     let mut slots = Vec::new();
@@ -69,11 +75,14 @@ pub async fn handle(shard: &Rc<Shard>, frame: Frame) -> Completion {
     let header = frame.header;
     let mut parsed = match parse(&frame) {
         Ok(p) => p,
-        Err(f) => return Box::pin(async move { Some(request_error(&header, &f)) }),
+        Err((acks, f)) => return Box::pin(async move { Some(refused(&header, acks, &f)) }),
     };
     let parts = match w::split_payload(frame.payload, &parsed.ranges) {
         Ok(p) => p,
-        Err(f) => return Box::pin(async move { Some(request_error(&header, &f)) }),
+        Err(f) => {
+            let acks = Some(parsed.acks);
+            return Box::pin(async move { Some(refused(&header, acks, &f)) });
+        }
     };
     let mut items = Vec::with_capacity(parts.len());
     for (i, bytes) in parts.into_iter().enumerate() {
@@ -93,8 +102,25 @@ pub async fn handle(shard: &Rc<Shard>, frame: Frame) -> Completion {
         for (i, outcome) in appended.await {
             parsed.slots[i].outcome = Some(outcome);
         }
-        acks.responds().then(|| response(&header, &parsed.slots))
+        if acks.responds() {
+            return Some(response(&header, &parsed.slots));
+        }
+        // acks = 0: no frame; a failed partition closes the connection (Kafka's rule).
+        let failed = parsed
+            .slots
+            .iter()
+            .any(|s| matches!(s.outcome, Some(Err(_))));
+        failed.then(w::Response::close_only)
     })
+}
+
+/// The answer to a Produce refused as a whole: none for `acks = 0` (the connection closes), a
+/// `ProduceResponse` with the request-level error otherwise.
+fn refused(header: &FrameHeader, acks: Option<Acks>, failure: &Failure) -> w::Response {
+    match acks {
+        Some(Acks::None) => w::Response::close_only(),
+        _ => request_error(header, failure),
+    }
 }
 
 /// Checks one partition's bytes and finds its owner.

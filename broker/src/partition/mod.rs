@@ -36,7 +36,7 @@ use futures_channel::oneshot;
 pub use append::{AppendItem, ProduceAck};
 pub use batch::{validate, ValidatedBatch};
 pub use read::{first_of, FetchItem, FetchOutcome, ListOffsetsItem, OffsetLookup, MAX_TIMESTAMP};
-pub use table::PartitionTable;
+pub use table::{unknown_topic, PartitionTable};
 
 use crate::error::BrokerError;
 use crate::failure::Failure;

@@ -95,10 +95,7 @@ impl PartitionTable {
     ) -> Result<(usize, Arc<MetadataImage>), Failure> {
         let image = self.image();
         let Some(t) = image.topics.get(topic) else {
-            return Err(Failure::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("topic {topic:?} does not exist"),
-            ));
+            return Err(unknown_topic(topic));
         };
         let Some(p) = usize::try_from(partition)
             .ok()
@@ -327,5 +324,18 @@ impl PartitionTable {
             tracing::info!(core = self.core, topic = %name, "deleted topic's partitions");
         }
         Ok(())
+    }
+}
+
+/// Why a topic that is not in the metadata cannot be served: `InvalidTopicName` (not
+/// retriable: such a topic can never exist) when its name breaks the naming rules, else the
+/// retriable `UnknownTopicOrPartition`.
+pub fn unknown_topic(topic: &str) -> Failure {
+    match crate::metadata::check_topic_name(topic) {
+        Err(e) => Failure::new(ErrorCode::InvalidTopicName, e.to_string()),
+        Ok(()) => Failure::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("topic {topic:?} does not exist"),
+        ),
     }
 }

@@ -149,6 +149,24 @@ impl RawClient {
         ErrorCode::from_u16(r.topics().unwrap().get(0).error_code())
     }
 
+    /// The topic-level error code Metadata gives `topic`.
+    pub fn metadata_code(&mut self, topic: &str) -> ErrorCode {
+        let mut fbb = FlatBufferBuilder::new();
+        let n = fbb.create_string(topic);
+        let topics = fbb.create_vector(&[n]);
+        let root = wire::MetadataRequest::create(
+            &mut fbb,
+            &wire::MetadataRequestArgs {
+                topics: Some(topics),
+                all_topics: false,
+            },
+        );
+        fbb.finish(root, None);
+        let reply = self.call(ApiKey::Metadata, &fbb, &[]);
+        let r = flatbuffers::root::<wire::MetadataResponse>(&reply.message).unwrap();
+        ErrorCode::from_u16(r.topics().unwrap().get(0).error_code())
+    }
+
     /// (core addresses by core id, leader core by partition) of a topic.
     pub fn placement(&mut self, topic: &str) -> (Vec<SocketAddr>, Vec<u16>) {
         let mut fbb = FlatBufferBuilder::new();
