@@ -96,6 +96,15 @@ fn an_unverifiable_produce_gets_an_error_response_then_the_connection_closes() {
     assert_eq!(r.header.correlation_id, 3);
     assert_eq!(error_response_code(&r), ErrorCode::MalformedFrame);
     assert!(closed_without_a_frame(&mut c.stream));
+    // Bad payload ranges (section 2.3) in an acks = 1 Produce: the same.
+    let mut c = RawClient::connect(broker.addr());
+    let range = wire::PayloadRange::new(0, 1_000);
+    let fbb = message::one_topic_produce_request("t", &[(0, range)], 1, 1_000);
+    let id = c.send(ApiKey::Produce, &fbb, b"short");
+    let r = c.receive().expect("an answer");
+    assert_eq!(r.header.correlation_id, id);
+    assert_eq!(error_response_code(&r), ErrorCode::MalformedFrame);
+    assert!(closed_without_a_frame(&mut c.stream));
 }
 
 /// Section 4.8: `acks = 0` never gets a frame; a successful one keeps the connection in step,
@@ -185,7 +194,6 @@ fn create_topics_echoes_every_effective_config() {
             num_partitions: 1,
             replication_factor: -1,
             configs: Some(configs),
-            ..Default::default()
         },
     );
     let topics = fbb.create_vector(&[topic]);

@@ -392,13 +392,7 @@ pub async fn describe_configs(shard: Rc<Shard>, frame: Frame) -> Option<w::Respo
         let (failure, entries) = match r.resource_type() {
             wire::ConfigResourceType::Topic => match image.topics.get(&name) {
                 Some(t) => (None, topic_config::effective(&t.configs, shard.config())),
-                None => (
-                    Some(Failure::new(
-                        ErrorCode::UnknownTopicOrPartition,
-                        format!("topic {name:?} does not exist"),
-                    )),
-                    Vec::new(),
-                ),
+                None => (Some(crate::partition::unknown_topic(&name)), Vec::new()),
             },
             wire::ConfigResourceType::Broker => (
                 None,

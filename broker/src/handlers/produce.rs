@@ -114,11 +114,15 @@ pub async fn handle(shard: &Rc<Shard>, frame: Frame) -> Completion {
     })
 }
 
-/// The answer to a Produce refused as a whole: none for `acks = 0` (the connection closes), a
-/// `ProduceResponse` with the request-level error otherwise.
+/// The answer to a Produce refused as a whole: none for `acks = 0` (the connection closes); an
+/// `ErrorResponse` for a malformed request (bad payload ranges), after which the connection
+/// closes as for any malformed Produce; else a `ProduceResponse` with the request-level error.
 fn refused(header: &FrameHeader, acks: Option<Acks>, failure: &Failure) -> w::Response {
     match acks {
         Some(Acks::None) => w::Response::close_only(),
+        _ if failure.code == ErrorCode::MalformedFrame => {
+            w::error_response(header, failure).then_close()
+        }
         _ => request_error(header, failure),
     }
 }
