@@ -266,3 +266,18 @@ fn an_invalid_topic_name_is_not_retriable_anywhere() {
         ErrorCode::UnknownTopicOrPartition
     );
 }
+
+/// The document is normative: it describes the broker as it is, with no behaviour marked as a
+/// target the broker does not have yet (the rules above are the ones it used to mark).
+#[test]
+fn the_document_describes_no_future_behaviour() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    for marker in ["**Target", "**Today", "Today:"] {
+        let lines: Vec<&str> = doc.lines().filter(|l| l.contains(marker)).collect();
+        assert!(
+            lines.is_empty(),
+            "docs/protocol.md still has {marker}: {lines:?}"
+        );
+    }
+}
