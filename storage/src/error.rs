@@ -64,6 +64,28 @@ pub enum StorageError {
         /// The offset waited for.
         offset: i64,
     },
+    /// A follower's batch does not start where the log ends (replication: the follower
+    /// fetched from the wrong offset or the leader answered another range).
+    #[error("follower batch at offset {base_offset}, but the log ends at {expected_offset}")]
+    UnexpectedAppendOffset {
+        /// The batch's base offset.
+        base_offset: i64,
+        /// The offset the next batch must start at.
+        expected_offset: i64,
+    },
+    /// A follower's batch has a partition leader epoch below the log's latest (the follower
+    /// did not truncate a diverged tail first).
+    #[error(
+        "follower batch at offset {base_offset} has leader epoch {epoch} < latest {latest_epoch}"
+    )]
+    EpochRegression {
+        /// The batch's base offset.
+        base_offset: i64,
+        /// Its partition leader epoch.
+        epoch: i32,
+        /// The log's latest epoch.
+        latest_epoch: i32,
+    },
     /// A configuration value is invalid.
     #[error("invalid log config: {0}")]
     InvalidConfig(String),
@@ -137,6 +159,9 @@ impl StorageError {
             StorageError::DiskFull { .. } | StorageError::NoSpace { .. } => ErrorCode::StorageError,
             StorageError::Closed | StorageError::Truncated { .. } => ErrorCode::NotLeaderOrFollower,
             StorageError::InvalidConfig(_) => ErrorCode::InvalidConfig,
+            StorageError::UnexpectedAppendOffset { .. } | StorageError::EpochRegression { .. } => {
+                ErrorCode::InvalidRecordBatch
+            }
             StorageError::Io { .. }
             | StorageError::LogDirFailed(_)
             | StorageError::Corrupt { .. } => ErrorCode::StorageError,

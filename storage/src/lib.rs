@@ -21,8 +21,10 @@ mod log;
 mod maintenance;
 mod read;
 mod recovery;
+mod replica;
 pub mod scan;
 mod segment;
+mod truncation;
 mod writer;
 
 pub use crate::checkpoint::{
@@ -42,5 +44,7 @@ pub use crate::log::{
     AckLevel, AppendInfo, LogOffsets, PartitionLog, ReadBound, TickOutcome, VerifyReport,
 };
 pub use crate::read::{LogRead, ReadChunk};
+pub use crate::replica::REPLICATION_ENDS_MAX;
 pub use crate::segment::{segment_path, SegmentFile, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+pub use crate::truncation::TRUNCATION_INTENT_FILE;
 pub use error::StorageError;

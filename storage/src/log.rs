@@ -23,6 +23,7 @@ use bytes::{Bytes, BytesMut};
 use crate::checkpoint::{LeaderEpochCache, RecoveryCheckpoint};
 use crate::config::{Durability, LogConfig};
 use crate::core::CoreStorage;
+use crate::replica::ReplicationBound;
 use crate::scan::BATCH_SIZE_BYTES_MAX;
 use crate::segment::SegmentMeta;
 use crate::StorageError;
@@ -118,6 +119,7 @@ impl MemBatch {
 /// Work handed to the flusher task.
 pub(crate) enum CommandKind {
     Truncate(i64),
+    RestartAt(i64),
     Close,
 }
 
@@ -155,6 +157,8 @@ pub(crate) struct LogState {
     pub flusher_stopped: bool,
     /// Compaction settings and state (`cleaner/`).
     pub cleaner: crate::cleaner::CleanerLogState,
+    /// Replication's bound on the high watermark (None: replication factor 1).
+    pub replication: Option<ReplicationBound>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +198,11 @@ impl LogState {
         let target = match self.config.durability {
             Durability::Fsync => self.synced,
             Durability::Interval | Durability::None => self.flushed,
+        };
+        let hw = self.hw;
+        let target = match &mut self.replication {
+            Some(r) => r.limit(target, hw),
+            None => target,
         };
         if target.offset > self.hw.offset {
             self.hw = target;
@@ -241,7 +250,12 @@ impl PartitionLog {
         config: LogConfig,
     ) -> Result<Rc<PartitionLog>, StorageError> {
         config.validate()?;
-        crate::recovery::open_log(core, dir, config).await
+        if dir.exists() {
+            crate::truncation::restart_before_recovery(core, &dir).await?;
+        }
+        let log = crate::recovery::open_log(core, dir, config).await?;
+        crate::truncation::finish_interrupted(&log).await?;
+        Ok(log)
     }
 
     /// The partition directory.
@@ -273,6 +287,16 @@ impl PartitionLog {
         batches: Vec<BytesMut>,
         leader_epoch: i32,
     ) -> Result<AppendInfo, StorageError> {
+        self.append_placed(batches, Some(leader_epoch))
+    }
+
+    /// `append` (`leader_epoch` Some: offsets and epoch stamped) or a follower's append (None:
+    /// the batches keep the leader's, checked by `check_follower_batches`).
+    pub(crate) fn append_placed(
+        &self,
+        batches: Vec<BytesMut>,
+        leader_epoch: Option<i32>,
+    ) -> Result<AppendInfo, StorageError> {
         let mut st = self.state.borrow_mut();
         self.check_writable(&st)?;
         let mut headers = Vec::with_capacity(batches.len());
@@ -288,6 +312,9 @@ impl PartitionLog {
                 available: 0,
             }));
         }
+        if leader_epoch.is_none() {
+            Self::check_follower_batches(&st, &batches, &headers)?;
+        }
         if !self.core.has_room(total) {
             return Err(StorageError::Busy {
                 bytes_max: self.core.config.write_buffer_bytes_max,
@@ -301,7 +328,8 @@ impl PartitionLog {
             size_bytes: total,
         };
         for (b, h) in batches.into_iter().zip(headers) {
-            let placed = append_one(&mut st, b, &h, leader_epoch, now_ms);
+            let epoch = leader_epoch.unwrap_or(h.partition_leader_epoch);
+            let placed = append_one(&mut st, b, &h, epoch, now_ms);
             info.last_offset = placed.last_offset;
             info.max_timestamp = info.max_timestamp.max(h.max_timestamp);
         }
@@ -589,11 +617,34 @@ impl PartitionLog {
             let mut st = self.state.borrow_mut();
             self.check_writable(&st)?;
             if offset >= st.log_end_offset() {
+                // Nothing to cut, but an epoch begun at the log end (a former leader's) goes,
+                // as Kafka does: else a follower would fetch with that epoch forever.
+                if st.epochs.truncate_from_end(offset) {
+                    st.epochs_dirty = true;
+                    st.checkpoint_requested = true;
+                }
                 return Ok(());
             }
             st.gate = Gate::Truncating;
         }
-        let result = self.run_command(CommandKind::Truncate(offset)).await;
+        self.gated_command(CommandKind::Truncate(offset)).await
+    }
+
+    /// Empties the log and restarts it at `offset`, wherever that is (a follower whose log
+    /// ends before the leader's log start: Kafka's `truncateFullyAndStartAt`). All or nothing
+    /// across a crash, as `truncate_to`.
+    pub async fn restart_at(&self, offset: i64) -> Result<(), StorageError> {
+        {
+            let mut st = self.state.borrow_mut();
+            self.check_writable(&st)?;
+            st.gate = Gate::Truncating;
+        }
+        self.gated_command(CommandKind::RestartAt(offset)).await
+    }
+
+    /// Runs a command with appends gated, reopening the gate afterwards.
+    async fn gated_command(&self, kind: CommandKind) -> Result<(), StorageError> {
+        let result = self.run_command(kind).await;
         let mut st = self.state.borrow_mut();
         if st.gate == Gate::Truncating {
             st.gate = Gate::Open;
@@ -724,6 +775,13 @@ fn append_one(
     seg.first_append_ms.get_or_insert(now_ms);
     if st.epochs.assign(leader_epoch, base_offset) {
         st.epochs_dirty = true;
+    }
+    if let Some(r) = &mut st.replication {
+        r.note_end(Point {
+            offset: last_offset + 1,
+            segment_base,
+            position: position + size,
+        });
     }
     let placed = MemBatch {
         base_offset,

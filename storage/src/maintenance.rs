@@ -129,6 +129,8 @@ impl PartitionLog {
     }
 
     /// Runs in the flusher with nothing pending: see [`PartitionLog::truncate_to`].
+    /// All or nothing across a crash: the truncation intent is durable before the first
+    /// file changes and removed (durably) after the last (`truncation.rs`).
     pub(crate) async fn truncate_writer(
         &self,
         w: &mut Writer,
@@ -139,11 +141,31 @@ impl PartitionLog {
             (st.log_end_offset(), st.log_start_offset)
         };
         if offset >= leo {
-            return Ok(());
+            return self.clear_truncation_intent().await;
         }
+        self.write_truncation_intent(offset).await?;
         if offset <= log_start {
-            return self.reset_to(w, offset).await;
+            self.reset_to(w, offset).await?;
+        } else {
+            self.cut_to(w, offset).await?;
         }
+        self.clear_truncation_intent().await
+    }
+
+    /// [`PartitionLog::restart_at`], in the flusher, with its own intent.
+    pub(crate) async fn restart_writer(
+        &self,
+        w: &mut Writer,
+        offset: i64,
+    ) -> Result<(), StorageError> {
+        self.write_restart_intent(offset).await?;
+        self.reset_to(w, offset).await?;
+        self.clear_truncation_intent().await
+    }
+
+    /// Cuts the log at the batch holding `offset` (log start < `offset` < log end).
+    async fn cut_to(&self, w: &mut Writer, offset: i64) -> Result<(), StorageError> {
+        let log_start = self.state.borrow().log_start_offset;
         let (base, position, new_end) = self.locate(offset).await?;
         let mut index = self.segment_index(base, |i| i.clone()).await?;
         let kept_offsets = index.offsets_before(base, new_end);
@@ -299,6 +321,9 @@ impl PartitionLog {
         }
         if st.epochs.truncate_from_end(end) {
             st.epochs_dirty = true;
+        }
+        if let Some(r) = &mut st.replication {
+            r.truncate(end);
         }
         st.truncation_generation += 1;
         let generation = st.truncation_generation;

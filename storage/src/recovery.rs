@@ -28,7 +28,8 @@ struct DirListing {
     bases: Vec<i64>,
     clean: bool,
     checkpoint: Option<RecoveryCheckpoint>,
-    epochs: LeaderEpochCache,
+    /// None: the file is missing or invalid.
+    epochs: Option<LeaderEpochCache>,
 }
 
 async fn list_dir(core: &CoreStorage, dir: &Path) -> Result<DirListing, StorageError> {
@@ -76,11 +77,12 @@ async fn list_dir(core: &CoreStorage, dir: &Path) -> Result<DirListing, StorageE
         Err(_) => None,
     };
     let epochs = match std::fs::read(dir.join(LEADER_EPOCH_FILE)) {
-        Ok(bytes) => LeaderEpochCache::decode(&bytes).unwrap_or_else(|reason| {
-            tracing::warn!(dir = %dir.display(), "ignoring invalid leader-epoch file: {reason}");
-            LeaderEpochCache::default()
-        }),
-        Err(_) => LeaderEpochCache::default(),
+        Ok(bytes) => LeaderEpochCache::decode(&bytes)
+            .map_err(|reason| {
+                tracing::warn!(dir = %dir.display(), "invalid leader-epoch file: {reason}");
+            })
+            .ok(),
+        Err(_) => None,
     };
     Ok(DirListing {
         bases,
@@ -459,6 +461,30 @@ async fn finalize_rescanned(
     w.close().await
 }
 
+/// The leader-epoch cache recovery starts from: the file's entries before the recovery point
+/// (the file is durable before the checkpoint that covers its batches); the rescan adds the
+/// epochs of the batches after it. Without a valid file every segment is rescanned.
+fn trust_epochs(
+    dir: &Path,
+    listing: &DirListing,
+    first_rescan: usize,
+    cp: Option<RecoveryCheckpoint>,
+) -> (usize, Option<RecoveryCheckpoint>, LeaderEpochCache) {
+    match (&listing.epochs, cp) {
+        (Some(epochs), Some(cp)) => {
+            let mut epochs = epochs.clone();
+            epochs.truncate_from_end(cp.offset);
+            (first_rescan, Some(cp), epochs)
+        }
+        (None, Some(_)) => {
+            let why = "no valid leader-epoch file";
+            tracing::warn!(dir = %dir.display(), "{why}: revalidating every segment");
+            (0, None, LeaderEpochCache::default())
+        }
+        (_, None) => (first_rescan, None, LeaderEpochCache::default()),
+    }
+}
+
 /// Which segments the checkpoint covers and where rescanning starts.
 fn plan(
     dir: &Path,
@@ -497,7 +523,7 @@ async fn open_empty(
     let mut segments = BTreeMap::new();
     let active = SegmentMeta::new_active(start, SegmentIndex::new(), core.clock.now_ms());
     segments.insert(start, active);
-    let epochs = listing.epochs.clone();
+    let epochs = listing.epochs.clone().unwrap_or_default();
     start_log(core, dir, config, segments, epochs, writer, false).await
 }
 
@@ -510,11 +536,11 @@ pub(crate) async fn open_log(
     let started = std::time::Instant::now();
     crate::cleaner::recover_swaps(core, &dir).await?;
     let listing = list_dir(core, &dir).await?;
-    let mut epochs = listing.epochs.clone();
     if listing.bases.is_empty() {
         return open_empty(core, dir, config, &listing).await;
     }
     let (first_rescan, cp) = plan(&dir, &listing)?;
+    let (first_rescan, cp, mut epochs) = trust_epochs(&dir, &listing, first_rescan, cp);
     let bases = &listing.bases;
     let mut segments = BTreeMap::new();
     for i in 0..first_rescan {
@@ -660,6 +686,7 @@ async fn start_log(
         last_checkpoint: None,
         flusher_stopped: false,
         cleaner: Default::default(),
+        replication: None,
     };
     let log = Rc::new(PartitionLog {
         core: core.clone(),

@@ -1,5 +1,6 @@
-//! Model-based property test: random appends, flushes, syncs, reads, retention, truncation,
-//! clean restarts and crashes (unflushed data abandoned) against an in-memory model.
+//! Model-based property test: random appends (as leader and as follower), flushes, syncs,
+//! reads, retention, truncation, new leader epochs, clean restarts and crashes (unflushed data
+//! abandoned) against an in-memory model.
 //!
 //! The model keeps its own segment layout (a segment rolls when the next batch would take it
 //! past `segment_size_bytes`) and computes retention itself (`retention.bytes`: oldest closed
@@ -7,7 +8,9 @@
 //! retention got wrong is a failure, not something the model adopts. Checked: offsets stay
 //! contiguous, reads return exactly the appended bytes (whole batches, greedy up to max_bytes,
 //! at least one), retention moves the log start exactly where the model says, the segment files
-//! on disk are the model's, nothing flushed is lost by a crash. Failing cases are kept in
+//! on disk are the model's, nothing flushed is lost by a crash, and after every step the
+//! leader-epoch cache answers OffsetForLeaderEpoch as the model's batches (and a begun epoch)
+//! say, also across truncation to below a later epoch and crashes. Failing cases are kept in
 //! `model.proptest-regressions` and replayed first.
 
 mod common;
@@ -16,23 +19,36 @@ use std::path::Path;
 use std::rc::Rc;
 
 use borges_storage::{CoreStorage, Durability, LogConfig, PartitionLog, ReadBound, StorageConfig};
+use bytes::BytesMut;
 use common::*;
 use proptest::prelude::*;
 
 const SEGMENT_SIZE_BYTES: u64 = 8 * 1024;
 const RETENTION_BYTES: u64 = 16 * 1024;
 const EPOCH: i32 = 5;
+const OPEN_FILES_MAX: u32 = 4;
 
 #[derive(Debug, Clone)]
 enum Op {
     Append(Vec<(u32, usize)>),
     Flush,
     Sync,
-    Read { at: u16, max_bytes: u32 },
+    Read {
+        at: u16,
+        max_bytes: u32,
+    },
     Tick,
     Restart,
     Crash,
-    Truncate { at: u16 },
+    Truncate {
+        at: u16,
+    },
+    /// The leader epoch moves up by 1..=3 (later appends carry it).
+    NewEpoch(u8),
+    /// A new leader's `begin_epoch` at the log end.
+    BeginEpoch,
+    /// Batches stamped as a leader would, appended with `append_as_follower`.
+    FollowerAppend(Vec<(u32, usize)>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -45,12 +61,16 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Restart),
         1 => Just(Op::Crash),
         1 => any::<u16>().prop_map(|at| Op::Truncate { at }),
+        1 => (1u8..4).prop_map(Op::NewEpoch),
+        1 => Just(Op::BeginEpoch),
+        3 => prop::collection::vec((1u32..4, 0usize..700), 1..4).prop_map(Op::FollowerAppend),
     ]
 }
 
 struct ModelBatch {
     base: i64,
     last: i64,
+    epoch: i32,
     bytes: Vec<u8>,
 }
 
@@ -64,6 +84,10 @@ struct Model {
     end: i64,
     flushed: i64,
     retention: bool,
+    /// The epoch appends carry now.
+    epoch: i32,
+    /// An epoch begun at the log end (offset) that has no batch yet.
+    begun: Option<(i32, i64)>,
 }
 
 impl Model {
@@ -71,6 +95,7 @@ impl Model {
         Model {
             segments: vec![0],
             retention,
+            epoch: EPOCH,
             ..Model::default()
         }
     }
@@ -87,12 +112,20 @@ impl Model {
     }
 
     /// A batch at the log end, rolling first when it would not fit the active segment.
-    fn push(&mut self, base: i64, last: i64, bytes: Vec<u8>) {
+    fn push(&mut self, base: i64, last: i64, epoch: i32, bytes: Vec<u8>) {
         let active = self.segment_size(self.segments.len() - 1);
         if active > 0 && active + bytes.len() as u64 > SEGMENT_SIZE_BYTES {
             self.segments.push(base);
         }
-        self.batches.push(ModelBatch { base, last, bytes });
+        self.batches.push(ModelBatch {
+            base,
+            last,
+            epoch,
+            bytes,
+        });
+        // A begun epoch is an entry of its own only until a batch follows it (then the
+        // batches define it, also for retention and truncation).
+        self.begun = None;
         self.end = last + 1;
     }
 
@@ -118,6 +151,10 @@ impl Model {
 
     fn truncate(&mut self, offset: i64) {
         if offset >= self.end {
+            // Nothing to cut; an epoch begun at the log end goes all the same (Kafka's rule).
+            if self.begun.is_some_and(|(_, start)| start >= offset) {
+                self.begun = None;
+            }
             return;
         }
         if offset <= self.log_start {
@@ -139,6 +176,50 @@ impl Model {
             self.segments.truncate(keep);
         }
         self.flushed = self.flushed.min(self.end);
+        self.forget_begun_at_end();
+        if let Some(&(e, _)) = self.epochs().last() {
+            // A follower after truncation: the next batches come from a leader whose epoch
+            // may be below the ones just removed.
+            self.epoch = e;
+        }
+    }
+
+    /// A begun epoch without batches starts at the log end: gone with a restart or cut.
+    fn forget_begun_at_end(&mut self) {
+        if self.begun.is_some_and(|(_, start)| start >= self.end) {
+            self.begun = None;
+        }
+    }
+
+    /// The (epoch, start offset) pairs the batches (and a begun epoch) define.
+    fn epochs(&self) -> Vec<(i32, i64)> {
+        let mut out: Vec<(i32, i64)> = Vec::new();
+        for b in &self.batches {
+            if out.last().is_none_or(|&(e, _)| b.epoch > e) {
+                out.push((b.epoch, b.base));
+            }
+        }
+        if let Some((e, start)) = self.begun {
+            if out.last().is_none_or(|&(last, _)| e > last) {
+                out.push((e, start));
+            }
+        }
+        out
+    }
+
+    /// OffsetForLeaderEpoch as Kafka answers it, from the model's epochs.
+    fn epoch_end_offset(&self, epoch: i32) -> Option<(i32, i64)> {
+        let epochs = self.epochs();
+        let &(latest, _) = epochs.last()?;
+        if epoch > latest {
+            return None;
+        }
+        if epoch == latest {
+            return Some((epoch, self.end));
+        }
+        let next_start = epochs.iter().find(|&&(e, _)| e > epoch)?.1;
+        let floor = epochs.iter().rev().find(|&&(e, _)| e <= epoch);
+        Some((floor.map_or(epoch, |&(e, _)| e), next_start))
     }
 
     /// After a crash the log ends at `end` (a batch boundary): later batches are gone, and
@@ -152,12 +233,34 @@ impl Model {
         self.batches.retain(|b| b.last < end);
         self.end = end;
         self.flushed = end;
+        self.forget_begun_at_end();
         let mut kept: Vec<i64> = self.segments.iter().copied().filter(|&s| s < end).collect();
         if kept.is_empty() || on_disk.last() == Some(&end) {
             kept.push(end);
         }
         assert_eq!(on_disk, &kept[..], "segment files after recovery");
         self.segments = kept;
+    }
+
+    /// A read may end early, at a segment boundary, once it holds `OPEN_FILES_MAX` segment
+    /// descriptors (the core's read share): `got` is then a prefix of `want` ending where a
+    /// segment starts, after at least that many segments.
+    fn stopped_by_descriptors(&self, offset: i64, got: &[u8], want: &[u8]) -> bool {
+        if got.is_empty() || got.len() >= want.len() || got[..] != want[..got.len()] {
+            return false;
+        }
+        let mut size = 0;
+        let mut end = offset;
+        for b in self.batches.iter().filter(|b| b.last >= offset) {
+            if size == got.len() {
+                break;
+            }
+            size += b.bytes.len();
+            end = b.last + 1;
+        }
+        let first = self.segments.partition_point(|&s| s <= offset);
+        let spanned = self.segments.partition_point(|&s| s < end) + 1 - first;
+        size == got.len() && self.segments.contains(&end) && spanned >= OPEN_FILES_MAX as usize
     }
 
     /// Greedy whole batches from the one holding `offset`, at least one.
@@ -202,7 +305,7 @@ fn configs(durability: Durability, retention: bool) -> (LogConfig, StorageConfig
     let storage = StorageConfig {
         write_buffer_bytes_max: 64 << 20,
         tail_cache_bytes_max: 4 * 1024,
-        open_files_max: 4,
+        open_files_max: OPEN_FILES_MAX,
         write_size_bytes_max: 4096,
         recovery_checkpoint_interval_ms: 20,
         recovery_checkpoints_per_s_max: 100,
@@ -227,7 +330,14 @@ impl Case {
 
     async fn apply(&mut self, op: &Op) {
         match op {
-            Op::Append(specs) => self.append(specs),
+            Op::Append(specs) => self.append(specs, false),
+            Op::FollowerAppend(specs) => self.append(specs, true),
+            Op::NewEpoch(by) => self.model.epoch += i32::from(*by),
+            Op::BeginEpoch => {
+                self.model.epoch += 1;
+                assert!(self.log.begin_epoch(self.model.epoch));
+                self.model.begun = Some((self.model.epoch, self.model.end));
+            }
             Op::Flush => {
                 self.log.flush().await.expect("flush");
                 self.model.flushed = self.model.end;
@@ -251,17 +361,29 @@ impl Case {
         }
     }
 
-    fn append(&mut self, specs: &[(u32, usize)]) {
+    fn append(&mut self, specs: &[(u32, usize)], follower: bool) {
         let mut batches = Vec::new();
         let mut next = self.model.end;
+        let epoch = self.model.epoch;
         for &(records, pad) in specs {
             let b = batch(next as u64, records, 1_000 + next, pad);
             let last = next + i64::from(records) - 1;
-            self.model.push(next, last, stamped(&b, next, EPOCH));
+            let bytes = stamped(&b, next, epoch);
+            self.model.push(next, last, epoch, bytes.clone());
             next = last + 1;
-            batches.push(b);
+            batches.push(if follower {
+                BytesMut::from(&bytes[..])
+            } else {
+                b
+            });
         }
-        let info = self.log.append(batches, EPOCH).expect("append");
+        let info = if follower {
+            self.log
+                .append_as_follower(batches)
+                .expect("follower append")
+        } else {
+            self.log.append(batches, epoch).expect("append")
+        };
         assert_eq!((info.last_offset, self.model.end), (next - 1, next));
         assert_eq!(self.log.segment_count(), self.model.segments.len(), "rolls");
     }
@@ -278,9 +400,12 @@ impl Case {
             .await
             .expect("read");
         assert_eq!(offsets.log_end_offset, m.end);
+        let want = m.expected_read(offset, u64::from(max_bytes));
         assert!(
-            bytes[..] == m.expected_read(offset, u64::from(max_bytes))[..],
-            "read at {offset} max {max_bytes}"
+            bytes[..] == want[..] || m.stopped_by_descriptors(offset, &bytes, &want),
+            "read at {offset} max {max_bytes}: {} bytes, expected {}",
+            bytes.len(),
+            want.len()
         );
     }
 
@@ -309,10 +434,23 @@ impl Case {
         );
     }
 
+    /// After every step: the epoch cache answers as the model says, for every epoch.
+    fn check_epochs(&self) {
+        for e in 0..=self.model.epoch + 1 {
+            assert_eq!(
+                self.log.epoch_end_offset(e),
+                self.model.epoch_end_offset(e),
+                "end offset of epoch {e}; model epochs {:?}",
+                self.model.epochs()
+            );
+        }
+    }
+
     async fn restart(&mut self) {
         self.log.close().await.expect("close");
         self.reopen().await;
         self.model.flushed = self.model.end;
+        self.model.forget_begun_at_end();
         let o = self.log.offsets();
         let m = &self.model;
         assert_eq!(
@@ -398,6 +536,7 @@ proptest! {
             for op in &ops {
                 tracing::trace!(?op, "model op");
                 case.apply(op).await;
+                case.check_epochs();
             }
             case.final_check().await;
         });

@@ -378,6 +378,7 @@ impl PartitionLog {
         let result = match c.kind {
             CommandKind::Close => self.close_writer(w).await,
             CommandKind::Truncate(offset) => self.truncate_writer(w, offset).await,
+            CommandKind::RestartAt(offset) => self.restart_writer(w, offset).await,
         };
         let fatal = match &result {
             Err(e @ StorageError::NoSpace { .. }) => {

@@ -162,16 +162,19 @@ impl PartitionLog {
             cp.time_index_entries as usize,
         )
         .await?;
+        // The epochs first, durably (file and directory): recovery trusts the file for every
+        // batch before the recovery point and rebuilds only the epochs after it. (Epochs
+        // change only with leaders, truncation and retention: the extra fsync is rare.)
+        if let Some(bytes) = epochs {
+            let path = self.dir.join(LEADER_EPOCH_FILE);
+            self.core
+                .replace_file("write epochs", &path, bytes, true)
+                .await?;
+        }
         let path = self.dir.join(RECOVERY_CHECKPOINT_FILE);
         self.core
             .replace_file("write checkpoint", &path, cp.encode(), false)
             .await?;
-        if let Some(bytes) = epochs {
-            let path = self.dir.join(LEADER_EPOCH_FILE);
-            self.core
-                .replace_file("write epochs", &path, bytes, false)
-                .await?;
-        }
         *w.last_checkpoint = self.core.clock.now();
         self.state.borrow_mut().last_checkpoint = Some(cp);
         Ok(())
