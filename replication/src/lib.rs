@@ -11,6 +11,7 @@
 //! - [`node`]: one quorum member: storage, Raft, the controller listener.
 //! - [`metadata`]: the metadata image and its changes; [`cluster`]: the broker lifecycle,
 //!   placement and the metadata state machine; [`format`]: `meta.properties`.
+//! - [`replica`]: partition replication as plain logic: leader state, acks, follower fetcher.
 
 // openraft's error types (StorageError, RPCError, RaftError) are large by design; results
 // carrying them are what its traits require.
@@ -26,6 +27,7 @@ pub mod member;
 pub mod metadata;
 pub mod network;
 pub mod node;
+pub mod replica;
 pub mod rt;
 pub mod sm_store;
 pub mod types;
