@@ -87,9 +87,8 @@ api_keys! {
     DescribeGroups = 14, versions = 0..=0, served = true;
     /// Delete groups without active members.
     DeleteGroups = 15, versions = 0..=0, served = true;
-    /// Replication: where a leader epoch ends (reserved; answered with UnsupportedApi until
-    /// replication exists).
-    OffsetForLeaderEpoch = 16, versions = 0..=0, served = false;
+    /// Replication: where a leader epoch ends (a follower's truncation point).
+    OffsetForLeaderEpoch = 16, versions = 0..=0, served = true;
     /// Grow a topic's partition count.
     CreatePartitions = 17, versions = 0..=0, served = true;
     /// A producer id and epoch for an idempotent producer.

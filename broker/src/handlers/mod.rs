@@ -5,6 +5,7 @@
 //! completion future holds no borrow of the frame.
 
 pub mod admin;
+pub mod epochs;
 pub mod fetch;
 pub mod groups;
 pub mod metadata;
@@ -17,38 +18,17 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use borges_protocol::frame::Frame;
-use borges_protocol::{ApiKey, ErrorCode};
+use borges_protocol::ApiKey;
 
-use crate::failure::Failure;
 use crate::shard::Shard;
 use crate::wire::Response;
 
 /// A request's completion.
 pub type Completion = Pin<Box<dyn Future<Output = Option<Response>>>>;
 
-/// APIs this build serves; ApiVersions lists exactly these.
+/// APIs this build serves (the ApiKey table says which); ApiVersions lists exactly these.
 pub fn served(api: ApiKey) -> bool {
-    matches!(
-        api,
-        ApiKey::ApiVersions
-            | ApiKey::Metadata
-            | ApiKey::CreateTopics
-            | ApiKey::DeleteTopics
-            | ApiKey::DescribeConfigs
-            | ApiKey::AlterConfigs
-            | ApiKey::Produce
-            | ApiKey::Fetch
-            | ApiKey::ListOffsets
-            | ApiKey::CreatePartitions
-            | ApiKey::FindCoordinator
-            | ApiKey::ConsumerGroupHeartbeat
-            | ApiKey::OffsetCommit
-            | ApiKey::OffsetFetch
-            | ApiKey::ListGroups
-            | ApiKey::DescribeGroups
-            | ApiKey::DeleteGroups
-            | ApiKey::InitProducerId
-    )
+    api.is_served()
 }
 
 /// Runs the ordered phase of a request and returns its completion.
@@ -74,11 +54,6 @@ pub async fn handle(shard: &Rc<Shard>, api: ApiKey, frame: Frame, peer: &Rc<str>
         | ApiKey::DescribeGroups
         | ApiKey::DeleteGroups => Box::pin(groups::handle(shard.clone(), api, frame, peer.clone())),
         ApiKey::InitProducerId => Box::pin(producer::init_producer_id(shard.clone(), frame)),
-        // Not served (see `served`): dispatch refuses it before it gets here.
-        ApiKey::OffsetForLeaderEpoch => {
-            let failure = Failure::new(ErrorCode::UnsupportedApi, format!("{api} is not served"));
-            let response = crate::wire::error_response(&frame.header, &failure);
-            Box::pin(async move { Some(response) })
-        }
+        ApiKey::OffsetForLeaderEpoch => Box::pin(epochs::handle(shard.clone(), frame)),
     }
 }

@@ -14,6 +14,7 @@
 mod append;
 mod batch;
 mod compacted;
+mod epochs;
 mod idempotence;
 #[cfg(test)]
 mod idempotence_tests;
@@ -35,6 +36,7 @@ use futures_channel::oneshot;
 
 pub use append::{AppendItem, ProduceAck};
 pub use batch::{validate, ValidatedBatch};
+pub use epochs::{EpochEnd, EpochEndItem};
 pub use read::{first_of, FetchItem, FetchOutcome, ListOffsetsItem, OffsetLookup, MAX_TIMESTAMP};
 pub use table::{unknown_topic, PartitionTable};
 
@@ -236,6 +238,13 @@ pub enum PartitionMessage {
         reply: oneshot::Sender<()>,
     },
     /// Offsets by time.
+    /// Where leader epochs end (OffsetForLeaderEpoch) in partitions of the receiving core.
+    EpochEnds {
+        /// Partitions and epochs.
+        items: Vec<EpochEndItem>,
+        /// One outcome per item, in order.
+        reply: oneshot::Sender<Vec<Result<EpochEnd, Failure>>>,
+    },
     ListOffsets {
         /// Partitions and timestamps.
         items: Vec<ListOffsetsItem>,

@@ -252,6 +252,9 @@ impl Shard {
                 let _ = reply.send(());
             })
             .detach(),
+            PartitionMessage::EpochEnds { items, reply } => {
+                let _ = reply.send(partitions.epoch_ends(&items));
+            }
             PartitionMessage::ListOffsets { items, reply } => task::spawn(async move {
                 let _ = reply.send(partitions.list_offsets(&items).await);
             })

@@ -19,8 +19,8 @@ use crate::lifecycle::LifecycleMessage;
 use crate::mesh::await_reply;
 use crate::metrics::MetricsSnapshot;
 use crate::partition::{
-    first_of, AppendItem, FetchItem, FetchOutcome, ListOffsetsItem, OffsetLookup, PartitionMessage,
-    ProduceAck,
+    first_of, AppendItem, EpochEnd, EpochEndItem, FetchItem, FetchOutcome, ListOffsetsItem,
+    OffsetLookup, PartitionMessage, ProduceAck,
 };
 use crate::types::{Acks, PartitionRef};
 
@@ -210,6 +210,28 @@ impl Shard {
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         time::timeout(remaining, first_of(waits)).await;
+    }
+
+    /// Where leader epochs end, on each item's owner. Items are (index, owner, item).
+    pub async fn epoch_ends(
+        self: &Rc<Self>,
+        items: Vec<(usize, usize, EpochEndItem)>,
+    ) -> Indexed<Result<EpochEnd, Failure>> {
+        let mut out = Vec::new();
+        for (owner, (indexes, items)) in by_owner(items) {
+            let n = items.len();
+            let outcomes = if owner == self.id {
+                self.partitions.epoch_ends(&items)
+            } else {
+                let asked = self.mesh.ask(owner, |reply| {
+                    ShardMessage::Partition(PartitionMessage::EpochEnds { items, reply })
+                });
+                asked.await.unwrap_or_else(|f| vec![Err(f); n])
+            };
+            strict_assert_eq!(outcomes.len(), indexes.len(), "one outcome per item");
+            out.extend(indexes.into_iter().zip(outcomes));
+        }
+        out
     }
 
     /// Offsets by time on each item's owner. Items are (index, owner, item).
