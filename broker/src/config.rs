@@ -237,6 +237,13 @@ pub struct StorageSettings {
     pub tail_cache_bytes_max: u64,
     /// Open segment files per core (closed segments are reopened on demand).
     pub open_files_max: u32,
+    /// Segment writers per core that keep their three files open (idle ones close beyond it).
+    pub open_writers_max: u32,
+    /// Below this many free bytes the core's log directory turns read-only (produce answered
+    /// `DiskFull`) until the free-space probe sees space again; 0: only a real `ENOSPC` does.
+    pub disk_free_bytes_min: u64,
+    /// How often each core's log directory probes its free space (`statvfs`).
+    pub disk_probe_interval_ms: u64,
     /// How often retention and time-based segment rolls are checked.
     pub retention_check_interval_ms: u64,
     /// How often the recovery-point checkpoint is written.
@@ -261,6 +268,9 @@ impl Default for StorageSettings {
             write_buffer_bytes_max: 256 * 1024 * 1024,
             tail_cache_bytes_max: 256 * 1024 * 1024,
             open_files_max: 4096,
+            open_writers_max: 1024,
+            disk_free_bytes_min: 64 * 1024 * 1024,
+            disk_probe_interval_ms: 1_000,
             retention_check_interval_ms: 30_000,
             recovery_checkpoint_interval_ms: 1_000,
             recovery_checkpoints_per_s_max: 100,
@@ -487,6 +497,12 @@ impl BrokerConfig {
             || self.storage.retention_check_interval_ms == 0
         {
             return fail("storage.recovery_checkpoint_interval_ms, storage.recovery_checkpoints_per_s_max and storage.retention_check_interval_ms must be positive".into());
+        }
+        if self.storage.open_writers_max == 0 || self.storage.disk_probe_interval_ms == 0 {
+            return fail(
+                "storage.open_writers_max and storage.disk_probe_interval_ms must be positive"
+                    .into(),
+            );
         }
         if self.storage.write_buffer_bytes_max < u64::from(self.log.max_message_bytes) {
             return fail("storage.write_buffer_bytes_max must hold at least one batch of log.max_message_bytes".into());

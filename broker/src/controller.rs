@@ -27,8 +27,8 @@ use crate::cluster::ClusterHandle;
 use crate::error::BrokerError;
 use crate::failure::Failure;
 use crate::metadata::{
-    check_topic_name, MetadataChange, MetadataImage, MetadataStore, PartitionRecord, TopicRecord,
-    Uuid, CONSUMER_OFFSETS_TOPIC,
+    check_topic_name, MetadataChange, MetadataError, MetadataImage, MetadataStore, PartitionRecord,
+    TopicRecord, Uuid, CONSUMER_OFFSETS_TOPIC,
 };
 use crate::producer_ids::{DurableCounter, ProducerIdAndEpoch, ProducerIdManager};
 use crate::topic_config::{self, TopicConfigError};
@@ -291,7 +291,13 @@ impl Controller {
         })
         .await;
         *self.store.borrow_mut() = Some(store);
-        let image = result.map_err(|e| Failure::new(ErrorCode::StorageError, e.to_string()))?;
+        let image = result.map_err(|e| {
+            let code = match &e {
+                MetadataError::Io { cause, .. } => crate::failure::io_error_code(cause),
+                _ => ErrorCode::StorageError,
+            };
+            Failure::new(code, e.to_string())
+        })?;
         strict_assert_eq!(image.revision, before + 1, "one revision per change");
         Ok(image)
     }

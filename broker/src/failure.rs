@@ -41,7 +41,25 @@ impl std::error::Error for Failure {}
 
 impl From<StorageError> for Failure {
     fn from(e: StorageError) -> Failure {
-        Failure::new(e.error_code(), e.to_string())
+        let code = match &e {
+            // Read-only, not failed: writes resume once space is freed.
+            StorageError::DiskFull { .. } | StorageError::NoSpace { .. } => ErrorCode::DiskFull,
+            // Out of descriptors: this one operation was not done; retry later.
+            StorageError::TooManyOpenFiles { .. } => ErrorCode::Busy,
+            other => other.error_code(),
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+/// The code for an IO error outside storage's own files (metadata, checkpoints): out of
+/// descriptors is `Busy` and a full disk `DiskFull` (both transient), anything else
+/// `StorageError`.
+pub fn io_error_code(e: &std::io::Error) -> ErrorCode {
+    match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => ErrorCode::Busy,
+        Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::DiskFull,
+        _ => ErrorCode::StorageError,
     }
 }
 

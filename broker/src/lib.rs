@@ -5,8 +5,9 @@
 //! - `types`, `failure`, [`metadata`], `error`, `metrics`, [`config`], `topic_config`: plain
 //!   values, error types, the metadata image and store, per-core counters;
 //!   `cluster_config`: the `[cluster]` settings.
-//! - `lifecycle`, `request_memory`, `admission`, `mesh`: one core's serving/shutdown state, its
-//!   request memory, its connections and listeners, its outboxes to the other cores.
+//! - `lifecycle`, `request_memory`, `admission`, `descriptors`, `mesh`: one core's
+//!   serving/shutdown state, its request memory, its connections and listeners, the descriptor
+//!   budget, its outboxes to the other cores.
 //! - `partition`: the partitions a core owns (append, read, long poll, offsets).
 //! - `groups`, `producer_ids`, `controller`: consumer-group coordinators, producer ids and
 //!   metadata changes (core 0).
@@ -26,6 +27,7 @@ pub mod cluster_config;
 pub mod config;
 mod connection;
 mod controller;
+mod descriptors;
 mod dispatch;
 mod error;
 mod failure;

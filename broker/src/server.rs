@@ -21,6 +21,7 @@ use borges_storage::{CoreStorage, StorageConfig};
 
 use crate::admission::core_port;
 use crate::config::BrokerConfig;
+use crate::descriptors::{DescriptorPlan, METRICS_CONNECTIONS_MAX};
 use crate::error::BrokerError;
 use crate::failure::Failure;
 use crate::lifecycle::LifecycleMessage;
@@ -58,6 +59,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     let (files_before, files_after) = executor::raise_open_files_limit();
     let cpus = executor::plan_cpus(config.cores)?;
     let cores = cpus.len();
+    plan_descriptors(&mut config, (files_before, files_after), cores)?;
     check_addresses_free(&config, cores)?;
     let cluster = crate::cluster::prepare(&config, cores)?;
     let shutdown = install_signal_handlers()?;
@@ -97,8 +99,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         cores,
         cpus = ?started.cpus,
         data_dir = %shared.config.data_dir.display(),
-        open_files_max = files_after,
-        "starting: {} (RLIMIT_NOFILE {files_before} -> {files_after})",
+        "starting: {}",
         started.locked_memory
     );
     let mut errors = Vec::new();
@@ -214,12 +215,41 @@ fn lock_data_dir(config: &BrokerConfig) -> Result<File, BrokerError> {
     Ok(file)
 }
 
+/// Shares the descriptor limit out (see `descriptors`), says so, and lowers
+/// `limits.connections_max` (and the log's budget, when even that does not fit) to the plan.
+fn plan_descriptors(
+    config: &mut BrokerConfig,
+    limit: (u64, u64),
+    cores: usize,
+) -> Result<(), BrokerError> {
+    let plan = DescriptorPlan::new(
+        limit,
+        cores,
+        config.limits.connections_max,
+        &storage_config(config),
+    )?;
+    if plan.connections_max < plan.connections_max_configured {
+        tracing::warn!("{plan}");
+    } else {
+        tracing::info!("{plan}");
+    }
+    config.limits.connections_max = plan.connections_max;
+    (
+        config.storage.open_files_max,
+        config.storage.open_writers_max,
+    ) = plan.storage;
+    Ok(())
+}
+
 fn storage_config(config: &BrokerConfig) -> StorageConfig {
     let s = &config.storage;
     StorageConfig {
         write_buffer_bytes_max: s.write_buffer_bytes_max,
         tail_cache_bytes_max: s.tail_cache_bytes_max,
         open_files_max: s.open_files_max,
+        open_writers_max: s.open_writers_max,
+        disk_free_bytes_min: s.disk_free_bytes_min,
+        disk_probe_interval_ms: s.disk_probe_interval_ms,
         recovery_checkpoint_interval_ms: s.recovery_checkpoint_interval_ms,
         recovery_checkpoints_per_s_max: s.recovery_checkpoints_per_s_max,
         ..StorageConfig::default()
@@ -475,6 +505,7 @@ fn start_metrics(shard: &Rc<Shard>) -> Result<Option<SocketAddr>, BrokerError> {
         cause: source,
     })?;
     let shard = shard.clone();
+    let open = Rc::new(std::cell::Cell::new(0u64));
     task::spawn(async move {
         let lifecycle = shard.lifecycle().clone();
         loop {
@@ -488,8 +519,15 @@ fn start_metrics(shard: &Rc<Shard>) -> Result<Option<SocketAddr>, BrokerError> {
                     None
                 })
                 .await;
-            if let Some(Ok(stream)) = accepted {
-                task::spawn(serve_metrics(shard.clone(), stream)).detach();
+            // Over the limit the connection is dropped at once (closed).
+            if let Some(Ok(stream)) = accepted.filter(|_| open.get() < METRICS_CONNECTIONS_MAX) {
+                let (shard, open) = (shard.clone(), open.clone());
+                open.set(open.get() + 1);
+                task::spawn(async move {
+                    serve_metrics(shard, stream).await;
+                    open.set(open.get() - 1);
+                })
+                .detach();
             }
         }
     })

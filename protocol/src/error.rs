@@ -149,6 +149,10 @@ error_codes! {
     /// A record the topic refuses (Kafka's INVALID_RECORD): a record without a key produced
     /// to a compacted topic.
     InvalidRecord = 47, retriable = false, "record refused by the topic";
+    /// The partition's log directory is read-only: its disk is full or has less than the
+    /// broker's `disk_free_bytes_min` free. Nothing was written; reads still work, and writes
+    /// resume by themselves once space is freed.
+    DiskFull = 48, retriable = true, "log directory read-only: disk full";
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -52,6 +52,8 @@ pub struct BrokerOptions {
     pub config_toml: Option<String>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// `RLIMIT_NOFILE` (soft, hard) set for the broker process before it starts.
+    pub open_files_limit: Option<(u64, u64)>,
 }
 
 impl Default for BrokerOptions {
@@ -61,6 +63,7 @@ impl Default for BrokerOptions {
             args: Vec::new(),
             config_toml: None,
             env: Vec::new(),
+            open_files_limit: None,
         }
     }
 }
@@ -198,6 +201,9 @@ impl BrokerProcess {
             // shows where it stopped.
             cmd.env("RUST_LOG", "info,borges_broker::server=debug");
         }
+        if let Some((soft, hard)) = self.options.open_files_limit {
+            set_open_files_limit(&mut cmd, soft, hard);
+        }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().expect("log clone"))
             .stderr(log);
@@ -285,6 +291,25 @@ impl BrokerProcess {
         self.kill9();
         self.options = options;
         self.spawn();
+    }
+}
+
+/// Makes `cmd` start with `RLIMIT_NOFILE` = (soft, hard).
+fn set_open_files_limit(cmd: &mut Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: the closure runs in the child between fork and exec and only calls setrlimit,
+    // which is async-signal-safe, on a struct it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
