@@ -72,6 +72,8 @@ pub struct MetricsSnapshot {
     pub counters: Vec<(&'static str, u64)>,
     /// Named gauges.
     pub gauges: Vec<(&'static str, u64)>,
+    /// The core's log directory and its state (one of [`LOG_DIR_STATES`]).
+    pub log_dir: (String, &'static str),
     /// Per-partition figures of the partitions this core owns.
     pub partitions: Vec<PartitionStats>,
     /// Committed offsets of the groups this core coordinates: (group, topic, partition, offset).
@@ -219,6 +221,7 @@ impl CoreMetrics {
             ("borges_cleaner_last_run_ms", self.cleaner_last_run_ms.get()),
             ("borges_storage_unflushed_bytes", report.unflushed_bytes),
             ("borges_storage_tail_cache_bytes", report.tail_cache_bytes),
+            ("borges_storage_open_descriptors", report.open_descriptors),
             (
                 "borges_request_memory_available_bytes",
                 report.request_memory_available_bytes,
@@ -230,6 +233,7 @@ impl CoreMetrics {
             latency_us,
             counters,
             gauges,
+            log_dir: (report.log_dir, report.log_dir_state),
             partitions: report.partitions,
             group_offsets: report.group_offsets,
         }
@@ -244,6 +248,12 @@ pub struct CoreReport {
     pub unflushed_bytes: u64,
     /// Bytes in the tail cache.
     pub tail_cache_bytes: u64,
+    /// Descriptors storage holds (at most its budget, `StorageConfig::descriptors_max`).
+    pub open_descriptors: u64,
+    /// The core's log directory.
+    pub log_dir: String,
+    /// Its state: one of [`LOG_DIR_STATES`].
+    pub log_dir_state: &'static str,
     /// Request memory not in use.
     pub request_memory_available_bytes: u64,
     /// The partitions the core owns.
@@ -296,9 +306,34 @@ pub fn render(snapshots: &[MetricsSnapshot]) -> String {
             }
         }
     }
+    render_log_dirs(&mut out, snapshots);
     render_partitions(&mut out, snapshots);
     render_lag(&mut out, snapshots);
     out
+}
+
+/// The states a log directory can be in, as `borges_log_dir_state` labels them: writable
+/// (online), read-only (disk full: reads go on, writes resume once space is freed), failed (an
+/// IO error: offline until a restart).
+pub const LOG_DIR_STATES: [&str; 3] = ["writable", "read_only", "failed"];
+
+/// `borges_log_dir_state{core, dir, state}`: 1 for the state each core's directory is in, 0 for
+/// the others.
+fn render_log_dirs(out: &mut String, snapshots: &[MetricsSnapshot]) {
+    let _ = writeln!(out, "# TYPE borges_log_dir_state gauge");
+    for s in snapshots {
+        let (dir, current) = &s.log_dir;
+        strict_assert!(LOG_DIR_STATES.contains(current), "unknown state {current}");
+        let dir = dir.replace('\\', "\\\\").replace('"', "\\\"");
+        for state in LOG_DIR_STATES {
+            let _ = writeln!(
+                out,
+                "borges_log_dir_state{{core=\"{}\",dir=\"{dir}\",state=\"{state}\"}} {}",
+                s.core,
+                u8::from(state == *current)
+            );
+        }
+    }
 }
 
 /// Committed offsets and lag (high watermark - committed) per group and partition.

@@ -8,6 +8,7 @@
 //! ports, and a ready file that the broker writes once every core serves.
 
 pub mod cluster;
+pub mod mount;
 mod ports;
 
 pub use ports::free_port;
@@ -54,6 +55,9 @@ pub struct BrokerOptions {
     pub env: Vec<(String, String)>,
     /// `RLIMIT_NOFILE` (soft, hard) set for the broker process before it starts.
     pub open_files_limit: Option<(u64, u64)>,
+    /// The data directory (for example on a small mounted file system); the log, ready and
+    /// config files stay in the temporary directory. Unset: a `data` directory in it.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for BrokerOptions {
@@ -64,6 +68,7 @@ impl Default for BrokerOptions {
             config_toml: None,
             env: Vec::new(),
             open_files_limit: None,
+            data_dir: None,
         }
     }
 }
@@ -72,6 +77,8 @@ impl Default for BrokerOptions {
 pub struct BrokerProcess {
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
+    /// Where the log, ready and config files are.
+    home: PathBuf,
     data_dir: PathBuf,
     port: u16,
     metrics_port: u16,
@@ -92,9 +99,14 @@ impl BrokerProcess {
             .prefix("borges-test-")
             .tempdir()
             .expect("tempdir");
-        let data_dir = tmp.path().join("data");
+        let home = tmp.path().to_path_buf();
+        let data_dir = options
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| home.join("data"));
         let mut broker = BrokerProcess {
             child: None,
+            home,
             _tmp: Some(tmp),
             data_dir,
             port: free_port(),
@@ -149,17 +161,11 @@ impl BrokerProcess {
     }
 
     fn log_path(&self) -> PathBuf {
-        self.data_dir
-            .parent()
-            .unwrap_or(&self.data_dir)
-            .join("broker.log")
+        self.home.join("broker.log")
     }
 
     fn ready_path(&self) -> PathBuf {
-        self.data_dir
-            .parent()
-            .unwrap_or(&self.data_dir)
-            .join("ready.json")
+        self.home.join("ready.json")
     }
 
     fn spawn(&mut self) {
@@ -184,11 +190,7 @@ impl BrokerProcess {
             .arg("--ready-file")
             .arg(self.ready_path());
         if let Some(toml) = &self.options.config_toml {
-            let path = self
-                .data_dir
-                .parent()
-                .unwrap_or(&self.data_dir)
-                .join("broker.toml");
+            let path = self.home.join("broker.toml");
             std::fs::write(&path, toml).expect("write config");
             cmd.arg("--config").arg(path);
         }

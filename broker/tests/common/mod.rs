@@ -219,8 +219,21 @@ impl RawClient {
         batches: &[u8],
         acks: i16,
     ) -> Option<(ErrorCode, i64, Option<String>)> {
+        self.produce_raw_within(topic, partition, batches, acks, 30_000)
+    }
+
+    /// [`RawClient::produce_raw`] with the request's `timeout_ms`.
+    pub fn produce_raw_within(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        batches: &[u8],
+        acks: i16,
+        timeout_ms: i32,
+    ) -> Option<(ErrorCode, i64, Option<String>)> {
         let range = wire::PayloadRange::new(0, batches.len() as u32);
-        let fbb = message::one_topic_produce_request(topic, &[(partition, range)], acks, 30_000);
+        let fbb =
+            message::one_topic_produce_request(topic, &[(partition, range)], acks, timeout_ms);
         if acks == 0 {
             self.send(ApiKey::Produce, &fbb, batches);
             return None;
