@@ -451,6 +451,31 @@ impl BrokerConfig {
         toml::from_str(text).map_err(|e| BrokerError::Config(e.to_string()))
     }
 
+    /// The storage part of [`BrokerConfig::validate`].
+    fn validate_storage(&self) -> Result<(), BrokerError> {
+        let fail = |m: &str| Err(BrokerError::Config(m.to_string()));
+        let s = &self.storage;
+        if s.recovery_checkpoint_interval_ms == 0
+            || s.recovery_checkpoints_per_s_max == 0
+            || s.retention_check_interval_ms == 0
+            || s.open_writers_max == 0
+            || s.disk_probe_interval_ms == 0
+        {
+            return fail(
+                "storage.recovery_checkpoint_interval_ms, storage.recovery_checkpoints_per_s_max, \
+                 storage.retention_check_interval_ms, storage.open_writers_max and \
+                 storage.disk_probe_interval_ms must be positive",
+            );
+        }
+        if s.write_buffer_bytes_max < u64::from(self.log.max_message_bytes) {
+            return fail(
+                "storage.write_buffer_bytes_max must hold at least one batch of \
+                 log.max_message_bytes",
+            );
+        }
+        Ok(())
+    }
+
     /// Checks values and relations between them.
     pub fn validate(&self) -> Result<(), BrokerError> {
         let fail = |m: String| Err(BrokerError::Config(m));
@@ -492,21 +517,7 @@ impl BrokerConfig {
         if self.log.segment_size_bytes < 1024 * 1024 {
             return fail("log.segment_size_bytes must be at least 1 MiB".into());
         }
-        if self.storage.recovery_checkpoint_interval_ms == 0
-            || self.storage.recovery_checkpoints_per_s_max == 0
-            || self.storage.retention_check_interval_ms == 0
-        {
-            return fail("storage.recovery_checkpoint_interval_ms, storage.recovery_checkpoints_per_s_max and storage.retention_check_interval_ms must be positive".into());
-        }
-        if self.storage.open_writers_max == 0 || self.storage.disk_probe_interval_ms == 0 {
-            return fail(
-                "storage.open_writers_max and storage.disk_probe_interval_ms must be positive"
-                    .into(),
-            );
-        }
-        if self.storage.write_buffer_bytes_max < u64::from(self.log.max_message_bytes) {
-            return fail("storage.write_buffer_bytes_max must hold at least one batch of log.max_message_bytes".into());
-        }
+        self.validate_storage()?;
         let g = &self.groups;
         if g.session_timeout_ms_min > g.session_timeout_ms_max
             || !(g.session_timeout_ms_min..=g.session_timeout_ms_max)
