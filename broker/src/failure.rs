@@ -41,14 +41,9 @@ impl std::error::Error for Failure {}
 
 impl From<StorageError> for Failure {
     fn from(e: StorageError) -> Failure {
-        let code = match &e {
-            // Read-only, not failed: writes resume once space is freed.
-            StorageError::DiskFull { .. } | StorageError::NoSpace { .. } => ErrorCode::DiskFull,
-            // Out of descriptors: this one operation was not done; retry later.
-            StorageError::TooManyOpenFiles { .. } => ErrorCode::Busy,
-            other => other.error_code(),
-        };
-        Failure::new(code, e.to_string())
+        // A full disk is `DiskFull` (read-only, not failed: writes resume once space is
+        // freed); out of descriptors `Busy` (this one operation was not done; retry later).
+        Failure::new(e.error_code(), e.to_string())
     }
 }
 

@@ -153,10 +153,9 @@ impl StorageError {
         match self {
             StorageError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
             StorageError::InvalidBatch(b) => b.error_code(),
-            // Until the protocol has codes of their own: a retriable refusal for descriptors,
-            // the storage error for a full disk (the broker maps both explicitly).
+            // Out of descriptors: a retriable refusal; a full disk: the retriable `DiskFull`.
             StorageError::Busy { .. } | StorageError::TooManyOpenFiles { .. } => ErrorCode::Busy,
-            StorageError::DiskFull { .. } | StorageError::NoSpace { .. } => ErrorCode::StorageError,
+            StorageError::DiskFull { .. } | StorageError::NoSpace { .. } => ErrorCode::DiskFull,
             StorageError::Closed | StorageError::Truncated { .. } => ErrorCode::NotLeaderOrFollower,
             StorageError::InvalidConfig(_) => ErrorCode::InvalidConfig,
             StorageError::UnexpectedAppendOffset { .. } | StorageError::EpochRegression { .. } => {
