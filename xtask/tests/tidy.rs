@@ -77,7 +77,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
 /// literals rustfmt does not break). The counts may only go down.
 const LONG_LINES: &[(&str, usize)] = &[
     ("broker/src/cli.rs", 1),
-    ("broker/src/config.rs", 6),
+    ("broker/src/config.rs", 4),
     ("broker/src/controller.rs", 2),
     ("broker/src/groups/assignor.rs", 5),
     ("broker/src/groups/coordinator.rs", 1),
