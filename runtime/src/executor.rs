@@ -285,6 +285,11 @@ impl<T> Executors<T> {
         results.into_iter().flatten().collect()
     }
 
+    /// Whether every executor thread has finished (so that [`Executors::join`] returns at once).
+    pub fn all_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
     /// Waits for every executor to finish; returns their results by core index.
     pub fn join(self) -> Vec<Result<T, RuntimeError>> {
         self.threads
@@ -346,6 +351,8 @@ where
                 })?;
                 let guard = Duration::from_micros(stall_guard_us);
                 let idle = Duration::from_micros(stall_guard_idle_us);
+                let _watch = (!guard.is_zero())
+                    .then(|| crate::watchdog::watch_current_thread(&format!("core {core}"), idle));
                 Ok(ex.run(async move {
                     if !guard.is_zero() {
                         glommio::spawn_local(stall_guard(guard, idle)).detach();
@@ -383,6 +390,7 @@ pub async fn stall_guard(period: Duration, idle_period_max: Duration) {
     if idle_period_max <= period {
         // No back-off: a plain timer, nothing to count.
         loop {
+            crate::watchdog::beat();
             glommio::timer::sleep(period).await;
         }
     }
@@ -391,6 +399,7 @@ pub async fn stall_guard(period: Duration, idle_period_max: Duration) {
     // Resets the executor's counters: nothing else in Borges reads them.
     let _ = glommio::executor().executor_stats();
     loop {
+        crate::watchdog::beat();
         let seen = activity.generation();
         crate::time::timeout(current, activity.changed_since(seen)).await;
         // Tasks run since the last look, besides this one.
@@ -482,8 +491,12 @@ pub fn run_local<T>(future: impl Future<Output = T>) -> Result<T, RuntimeError> 
             cpu: 0,
             message: e.to_string(),
         })?;
+    let defaults = ExecutorConfig::default();
+    let _watch = crate::watchdog::watch_current_thread(
+        "run_local",
+        Duration::from_micros(defaults.stall_guard_idle_us),
+    );
     Ok(ex.run(async move {
-        let defaults = ExecutorConfig::default();
         glommio::spawn_local(stall_guard(
             Duration::from_micros(defaults.stall_guard_us),
             Duration::from_micros(defaults.stall_guard_idle_us),

@@ -705,8 +705,11 @@ pub async fn prime_device(dir: impl AsRef<Path>) -> io::Result<()> {
         std::fs::write(&tmp, vec![0u8; 4096])?;
         std::fs::rename(&tmp, &path)?;
     }
+    tracing::debug!(path = %path.display(), "device probe: opening");
     let file = DirectFile::open_read(&path).await?;
+    tracing::debug!(path = %path.display(), "device probe: opened, reading");
     let _ = file.read_at(0, 512).await?;
+    tracing::debug!(path = %path.display(), "device probe: read");
     file.close().await
 }
 

@@ -10,6 +10,7 @@
 //! - [`sync`]: single-core notification primitives.
 //! - [`net`]: TCP listeners and streams, `send_file` that never stalls the core.
 //! - [`channel`]: bounded cross-core channels (a full mesh).
+//! - [`watchdog`]: wakes an executor that glommio parked with runnable tasks and no timer.
 //! - [`side`]: detached tasks, named sleeps and a side executor thread for libraries written
 //!   for tokio-style runtimes (the Raft node).
 //!
@@ -24,3 +25,4 @@ pub mod side;
 pub mod sync;
 pub mod task;
 pub mod time;
+pub mod watchdog;

@@ -107,6 +107,7 @@ where
         .io_memory(config.io_memory_bytes.max(IO_MEMORY_BYTES_MIN))
         .preempt_timer(Duration::from_millis(config.preempt_timer_ms.max(1)));
     let guard = Duration::from_micros(config.stall_guard_us);
+    let name = config.name.clone();
     let thread = std::thread::Builder::new()
         .name(config.name.clone())
         .spawn(move || {
@@ -115,6 +116,8 @@ where
                 cpu: 0,
                 message: e.to_string(),
             })?;
+            let _watch =
+                (!guard.is_zero()).then(|| crate::watchdog::watch_current_thread(&name, guard));
             Ok(ex.run(async move {
                 if !guard.is_zero() {
                     glommio::spawn_local(crate::executor::stall_guard(guard, guard)).detach();
