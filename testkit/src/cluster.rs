@@ -255,7 +255,10 @@ impl Cluster {
             cmd.env(k, v);
         }
         if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info,openraft=warn");
+            cmd.env(
+                "RUST_LOG",
+                "info,openraft=warn,borges_runtime::watchdog=debug",
+            );
         }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().expect("log clone"))
@@ -508,12 +511,15 @@ fn wait_ready(node: &mut ClusterNode) {
                 node.log()
             );
         }
-        assert!(
-            Instant::now() < deadline,
-            "node {} not ready after {READY_TIMEOUT:?}; log:\n{}",
-            node.id,
-            node.log()
-        );
+        if Instant::now() > deadline {
+            let pid = node.child.as_ref().map_or(0, |c| c.id());
+            panic!(
+                "node {} not ready after {READY_TIMEOUT:?}; threads:\n{}log:\n{}",
+                node.id,
+                crate::diagnose::process_report(pid),
+                node.log()
+            );
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }

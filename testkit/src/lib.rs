@@ -8,6 +8,7 @@
 //! ports, and a ready file that the broker writes once every core serves.
 
 pub mod cluster;
+pub mod diagnose;
 pub mod mount;
 mod ports;
 
@@ -201,7 +202,10 @@ impl BrokerProcess {
         if std::env::var_os("RUST_LOG").is_none() {
             // Start-up stages are logged at debug level: a broker that never becomes ready
             // shows where it stopped.
-            cmd.env("RUST_LOG", "info,borges_broker::server=debug");
+            cmd.env(
+                "RUST_LOG",
+                "info,borges_broker::server=debug,borges_runtime::watchdog=debug",
+            );
         }
         if let Some((soft, hard)) = self.options.open_files_limit {
             set_open_files_limit(&mut cmd, soft, hard);
@@ -234,7 +238,8 @@ impl BrokerProcess {
             }
             if Instant::now() > deadline {
                 panic!(
-                    "broker not ready after {READY_TIMEOUT:?}; log:\n{}",
+                    "broker not ready after {READY_TIMEOUT:?}; threads:\n{}log:\n{}",
+                    diagnose::process_report(self.pid()),
                     self.log()
                 );
             }
