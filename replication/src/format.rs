@@ -141,13 +141,20 @@ impl From<FormatError> for ReplicationError {
 }
 
 /// A new random id, as Kafka prints cluster and directory ids: 16 random bytes in URL-safe
-/// base64 without padding (22 characters).
+/// base64 without padding (22 characters). Never starts with `-` (Kafka's `Uuid.randomUuid`
+/// draws again too): such an id would read as a flag on a command line
+/// (`--cluster-id -y...` failed to parse).
 pub fn random_id() -> String {
-    let mut bytes = [0u8; 16];
-    for chunk in bytes.chunks_mut(8) {
-        chunk.copy_from_slice(&rand::random::<u64>().to_be_bytes());
+    loop {
+        let mut bytes = [0u8; 16];
+        for chunk in bytes.chunks_mut(8) {
+            chunk.copy_from_slice(&rand::random::<u64>().to_be_bytes());
+        }
+        let id = base64_url(&bytes);
+        if !id.starts_with('-') {
+            return id;
+        }
     }
-    base64_url(&bytes)
 }
 
 fn base64_url(bytes: &[u8]) -> String {
@@ -351,6 +358,8 @@ mod tests {
         assert_eq!(a.len(), 22);
         assert!(check_cluster_id(&a).is_ok());
         assert_ne!(a, random_id());
+        // One id in 64 would start with '-' without the redraw.
+        assert!((0..10_000).all(|_| !random_id().starts_with('-')));
         assert_eq!(base64_url(b"\xfb\xff"), "-_8");
         assert_eq!(base64_url(b"Man"), "TWFu");
     }
