@@ -111,30 +111,99 @@ impl PartitionLog {
     }
 }
 
-/// Before recovery: a `restart_at` that a crash interrupted is finished on the files (its
-/// checkpoint may name a segment not created yet, which recovery would call corruption):
-/// every segment goes, the epoch file is emptied, the checkpoint points at the offset, then
-/// the intent is removed; recovery then opens an empty log there.
+/// Before recovery, an interrupted truncation is made recoverable on the files:
+/// - `restart_at`: its checkpoint may name a segment not created yet, which recovery would call
+///   corruption: every segment goes, the epoch file is emptied, the checkpoint points at the
+///   offset, then the intent is removed; recovery then opens an empty log there.
+/// - `truncate_to(offset)`: every segment whose base is above `offset` goes (the truncation
+///   removes all of it anyway). A power loss can bring back such a segment whose removal was not
+///   yet durable while the segment before it was already cut: recovery would then see a log
+///   with an empty segment in its middle, where the batch holding `offset` cannot be found (a
+///   crash test found it: the reopened log refused to open). The intent stays for
+///   [`finish_interrupted`].
 pub(crate) async fn restart_before_recovery(
     core: &CoreStorage,
     dir: &std::path::Path,
 ) -> Result<(), StorageError> {
     let path = dir.join(TRUNCATION_INTENT_FILE);
-    let Ok(Intent::RestartAt(offset)) = std::fs::read(&path)
+    let intent = std::fs::read(&path)
         .map_err(|e| e.to_string())
-        .and_then(|b| decode_intent(&b))
-    else {
+        .and_then(|b| decode_intent(&b));
+    match intent {
+        Ok(Intent::RestartAt(offset)) => finish_restart(core, dir, offset).await,
+        Ok(Intent::TruncateTo(offset)) => prepare_truncate(core, dir, offset).await,
+        Err(_) => Ok(()),
+    }
+}
+
+/// The files' side of an interrupted `truncate_to(offset)` before recovery (see
+/// [`restart_before_recovery`]): segments above `offset` go; a recovery checkpoint inside them
+/// moves to the start of the last segment kept (recovery rescans it from there). At or below
+/// the log start the truncation empties the log: that is a restart at `offset`.
+async fn prepare_truncate(
+    core: &CoreStorage,
+    dir: &std::path::Path,
+    offset: i64,
+) -> Result<(), StorageError> {
+    let cp_path = dir.join(RECOVERY_CHECKPOINT_FILE);
+    let cp = match std::fs::read(&cp_path) {
+        Ok(bytes) => RecoveryCheckpoint::decode(&bytes).ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(crate::writer::io_error("read", &cp_path, e)),
+    };
+    let log_start = cp.as_ref().map_or(0, |c| c.log_start_offset);
+    if offset <= log_start {
+        return finish_restart(core, dir, offset).await;
+    }
+    remove_segments(core, dir, |base| base > offset).await?;
+    core.sync_dir(dir).await?;
+    let Some(cp) = cp.filter(|c| c.segment_base > offset) else {
         return Ok(());
     };
-    tracing::warn!(dir = %dir.display(), offset, "finishing a restart interrupted by a crash");
+    let kept = segment_bases(dir)?
+        .into_iter()
+        .filter(|&b| b <= offset)
+        .max()
+        .unwrap_or(log_start);
+    let moved = RecoveryCheckpoint {
+        log_start_offset: cp.log_start_offset,
+        offset: kept,
+        segment_base: kept,
+        position: 0,
+        index_entries: 0,
+        time_index_entries: 0,
+    };
+    core.replace_file("write checkpoint", &cp_path, moved.encode(), true)
+        .await
+}
+
+/// Base offsets of the segment log files in `dir`.
+fn segment_bases(dir: &std::path::Path) -> Result<Vec<i64>, StorageError> {
+    let list_error = |e| crate::writer::io_error("list directory", dir, e);
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(list_error)? {
+        let name = entry.map_err(list_error)?.file_name();
+        if let Some(base) = parse_segment_name(&name.to_string_lossy(), LOG_SUFFIX) {
+            bases.push(base);
+        }
+    }
+    Ok(bases)
+}
+
+/// Removes the files of every segment whose base offset `doomed` picks.
+async fn remove_segments(
+    core: &CoreStorage,
+    dir: &std::path::Path,
+    doomed: impl Fn(i64) -> bool,
+) -> Result<(), StorageError> {
     let list_error = |e| crate::writer::io_error("list directory", dir, e);
     for entry in std::fs::read_dir(dir).map_err(list_error)? {
         let name = entry.map_err(list_error)?.file_name();
         let name = name.to_string_lossy();
-        if [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
+        let base = [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
             .iter()
-            .any(|s| parse_segment_name(&name, s).is_some())
-        {
+            .find_map(|s| parse_segment_name(&name, s));
+        if base.is_some_and(&doomed) {
             let file = dir.join(&*name);
             core.disk
                 .remove_file(&file)
@@ -142,6 +211,18 @@ pub(crate) async fn restart_before_recovery(
                 .map_err(|e| crate::writer::io_error("remove", &file, e))?;
         }
     }
+    Ok(())
+}
+
+/// The files' side of an interrupted `restart_at(offset)` (see [`restart_before_recovery`]).
+async fn finish_restart(
+    core: &CoreStorage,
+    dir: &std::path::Path,
+    offset: i64,
+) -> Result<(), StorageError> {
+    tracing::warn!(dir = %dir.display(), offset, "finishing a restart interrupted by a crash");
+    remove_segments(core, dir, |_| true).await?;
+    let path = dir.join(TRUNCATION_INTENT_FILE);
     core.sync_dir(dir).await?;
     let epochs = LeaderEpochCache::default().encode();
     core.replace_file("write epochs", &dir.join(LEADER_EPOCH_FILE), epochs, true)
