@@ -140,6 +140,12 @@ pub fn check(
         report.notes.extend(comparison.notes);
     }
     report.anomalies.extend(metadata::compare(metadata_logs));
+    if let Some(bound) = metadata_logs.iter().map(|l| l.commit_index).min() {
+        report.notes.push(format!(
+            "metadata logs of {} nodes compared up to the lowest commit index {bound}",
+            metadata_logs.len()
+        ));
+    }
     let acked = model
         .sends
         .iter()

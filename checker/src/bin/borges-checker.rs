@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! borges-checker check --history run.jsonl [--history faults.jsonl] \
-//!     [--replica 1=/keep/data-1 --replica 2=... ] [--topic T] [--metadata meta.json] [--json]
+//!     [--replica 1=/keep/data-1 --replica 2=... ] [--topic T] [--metadata meta.json] \
+//!     [--metadata-dir 1=/keep/data-1 ...] [--json]
 //! borges-checker fault --history faults.jsonl start --id kill-1 --fault kill-leader \
 //!     --target "node 2" [--partitions 0,3]
 //! borges-checker fault --history faults.jsonl end --id kill-1
@@ -42,6 +43,9 @@ enum Command {
         /// A JSON array of metadata logs: [{"node":1,"commit_index":9,"entries":[{"index":1,"term":1,"checksum":7},...]}].
         #[arg(long)]
         metadata: Option<PathBuf>,
+        /// NODE=DIR: read broker NODE's metadata log from its data directory DIR (meta/).
+        #[arg(long = "metadata-dir")]
+        metadata_dirs: Vec<String>,
         /// Writes must resume within this after a heal.
         #[arg(long, default_value_t = borges_checker::LIVENESS_WINDOW_MS_DEFAULT)]
         liveness_window_ms: u64,
@@ -116,11 +120,17 @@ fn run(args: Args) -> Result<ExitCode> {
             replicas,
             topic,
             metadata,
+            metadata_dirs,
             liveness_window_ms,
             json,
         } => {
             let options = CheckOptions { liveness_window_ms };
-            let report = check(&histories, &replicas, topic, metadata, &options)?;
+            let mut metadata_logs = read_metadata_json(metadata)?;
+            for spec in &metadata_dirs {
+                let (node, dir) = node_dir(spec, "--metadata-dir")?;
+                metadata_logs.push(borges_checker::metadata::read_node(node, dir.as_ref())?);
+            }
+            let report = check(&histories, &replicas, topic, &metadata_logs, &options)?;
             print(&report, json)?;
             Ok(if report.summary.anomalies > 0 {
                 ExitCode::from(1)
@@ -135,7 +145,7 @@ fn check(
     histories: &[PathBuf],
     replicas: &[String],
     topic: Option<String>,
-    metadata: Option<PathBuf>,
+    metadata_logs: &[MetadataLog],
     options: &CheckOptions,
 ) -> Result<Report> {
     let mut loaded = Vec::new();
@@ -146,31 +156,39 @@ fn check(
     let topic = topic.or_else(|| history.topic().map(str::to_string));
     let mut logs = Vec::new();
     for spec in replicas {
-        let Some((node, dir)) = spec.split_once('=') else {
-            bail!("--replica {spec}: expected NODE=DIR");
-        };
-        let node: u64 = node
-            .parse()
-            .with_context(|| format!("--replica {spec}: NODE is not a number"))?;
+        let (node, dir) = node_dir(spec, "--replica")?;
         let Some(topic) = topic.as_deref() else {
             bail!("--replica needs the topic: pass --topic or record a header event");
         };
         logs.extend(replica::read_node(node, dir.as_ref(), topic)?);
     }
-    let metadata_logs: Vec<MetadataLog> = match metadata {
-        Some(path) => {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => Vec::new(),
-    };
     Ok(borges_checker::check(
         &history,
         &logs,
-        &metadata_logs,
+        metadata_logs,
         options,
     )?)
+}
+
+/// `NODE=DIR` of `--replica` and `--metadata-dir`.
+fn node_dir<'a>(spec: &'a str, flag: &str) -> Result<(u64, &'a str)> {
+    let Some((node, dir)) = spec.split_once('=') else {
+        bail!("{flag} {spec}: expected NODE=DIR");
+    };
+    let node: u64 = node
+        .parse()
+        .with_context(|| format!("{flag} {spec}: NODE is not a number"))?;
+    Ok((node, dir))
+}
+
+/// The logs of `--metadata FILE` (none without it).
+fn read_metadata_json(metadata: Option<PathBuf>) -> Result<Vec<MetadataLog>> {
+    let Some(path) = metadata else {
+        return Ok(Vec::new());
+    };
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 fn print(report: &Report, json: bool) -> Result<()> {
