@@ -91,6 +91,14 @@ netns_problem() {
   [[ "$(id -u)" -eq 0 ]] || { echo "not root (network namespaces and nftables need root)"; return; }
   command -v ip >/dev/null || { echo "no ip command (install iproute2)"; return; }
   command -v nft >/dev/null || { echo "no nft command (install nftables)"; return; }
+  local probe="bfprobe$$"
+  if ! ip netns add "$probe" 2>/dev/null; then
+    echo "ip netns add failed (no CAP_SYS_ADMIN / CAP_NET_ADMIN here?)"; return
+  fi
+  if ! ip netns exec "$probe" nft list ruleset >/dev/null 2>&1; then
+    ip netns del "$probe"; echo "nft does not work in a network namespace here"; return
+  fi
+  ip netns del "$probe"
   echo ""
 }
 NETNS_PROBLEM="$(netns_problem)"
