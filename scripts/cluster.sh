@@ -48,7 +48,7 @@ format_all() {
   [[ -f "$DIR/cluster-id" ]] || "$BIN" storage random-cluster-id > "$DIR/cluster-id"
   local id; id="$(cat "$DIR/cluster-id")"
   for n in 1 2 3; do
-    "$BIN" storage format --data-dir "$DIR/n$n" --cluster-id "$id" --node-id "$n" \
+    "$BIN" storage format --data-dir "$DIR/n$n" --cluster-id="$id" --node-id "$n" \
       --ignore-formatted > /dev/null
   done
 }

@@ -37,6 +37,16 @@ pub struct ClusterSettings {
     /// Replication factor of `__consumer_offsets`, capped by the voter count
     /// (`offsets.topic.replication.factor`).
     pub offsets_topic_replication_factor: i16,
+    /// A follower not caught up for this long leaves the ISR (`replica.lag.time.max.ms`).
+    pub replica_lag_time_max_ms: u64,
+    /// How long a follower's fetch waits for new data on the leader
+    /// (`replica.fetch.wait.max.ms`).
+    pub replica_fetch_wait_max_ms: u64,
+    /// Bytes a follower's fetch asks for per partition (`replica.fetch.max.bytes`).
+    pub replica_fetch_bytes_max: u32,
+    /// A follower's pause after an error or an unknown leader epoch
+    /// (`replica.fetch.backoff.ms`).
+    pub replica_fetch_backoff_ms: u64,
 }
 
 impl Default for ClusterSettings {
@@ -53,6 +63,10 @@ impl Default for ClusterSettings {
             raft_election_stagger_ms: 100,
             default_replication_factor: 1,
             offsets_topic_replication_factor: 3,
+            replica_lag_time_max_ms: 10_000,
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_bytes_max: 1024 * 1024,
+            replica_fetch_backoff_ms: 100,
         }
     }
 }
@@ -121,6 +135,15 @@ impl ClusterSettings {
         }
         if self.default_replication_factor < 1 || self.offsets_topic_replication_factor < 1 {
             return Err("replication factors must be at least 1".into());
+        }
+        if self.replica_lag_time_max_ms < 2 * self.replica_fetch_wait_max_ms.max(1) {
+            return Err(format!(
+                "replica_lag_time_max_ms {} must be at least twice replica_fetch_wait_max_ms {}",
+                self.replica_lag_time_max_ms, self.replica_fetch_wait_max_ms
+            ));
+        }
+        if self.replica_fetch_bytes_max == 0 {
+            return Err("replica_fetch_bytes_max must be at least 1".into());
         }
         Ok(())
     }

@@ -41,6 +41,7 @@ pub mod metadata;
 mod metrics;
 mod partition;
 mod producer_ids;
+mod replicate;
 mod request_memory;
 mod server;
 mod shard;

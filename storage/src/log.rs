@@ -234,7 +234,8 @@ pub struct PartitionLog {
     pub(crate) state: RefCell<LogState>,
     /// Wakes the flusher.
     pub(crate) work: Rc<Notify>,
-    /// Bumped when flushed/synced move, on truncation and on close (ack waiters).
+    /// Bumped when flushed/synced move, on append, on truncation and on close (ack waiters,
+    /// replica long polls).
     pub(crate) progress: Notify,
     /// Bumped when the high watermark or the log start moves (fetch long polls).
     pub(crate) changes: Notify,
@@ -337,6 +338,7 @@ impl PartitionLog {
         self.core.add_unflushed(total);
         drop(st);
         self.work.notify_all();
+        self.progress.notify_all();
         Ok(info)
     }
 
@@ -409,6 +411,22 @@ impl PartitionLog {
     /// Bumped whenever the high watermark (or log start) moves: for fetch long polls.
     pub fn changes(&self) -> &Notify {
         &self.changes
+    }
+
+    /// Bumped on every append and whenever the flushed or synced point moves: for replica
+    /// fetches, which read to the log end.
+    pub fn progress(&self) -> &Notify {
+        &self.progress
+    }
+
+    /// Every batch before this offset is fdatasynced.
+    pub fn synced_offset(&self) -> i64 {
+        self.state.borrow().synced.offset
+    }
+
+    /// The durability policy (a follower under `Fsync` reports offsets only once synced).
+    pub fn durability(&self) -> Durability {
+        self.state.borrow().config.durability
     }
 
     /// Bytes of all segments (appended data, flushed or not).

@@ -205,8 +205,8 @@ impl Cluster {
             "format",
             "--data-dir",
             dir.to_str().expect("utf-8 path"),
-            "--cluster-id",
-            &self.cluster_id,
+            // With `=`: a random id may start with '-'.
+            &format!("--cluster-id={}", self.cluster_id),
             "--node-id",
             &id,
         ]);

@@ -11,7 +11,7 @@ use flatbuffers::FlatBufferBuilder;
 
 use crate::config::FetchSendMode;
 use crate::failure::Failure;
-use crate::partition::{FetchItem, FetchOutcome};
+use crate::partition::{FetchItem, FetchOutcome, ReplicaFetchFields};
 use crate::shard::FetchPlan;
 use crate::shard::Shard;
 use crate::types::PartitionRef;
@@ -35,10 +35,14 @@ struct Parsed {
 
 fn parse(shard: &Shard, frame: &Frame) -> Result<Parsed, Failure> {
     let req = w::verify::<wire::FetchRequest>(&frame.message)?;
-    if req.replica_id() != -1 {
+    let replica_id = req.replica_id();
+    if replica_id != -1 && (replica_id < 0 || !shard.config().cluster.enabled()) {
         return Err(Failure::new(
             ErrorCode::InvalidRequest,
-            "replica fetches arrive with replication; consumers must send replica_id -1",
+            format!(
+                "replica_id {replica_id}: replica fetches come from cluster brokers (ids >= 0) \
+                 to a cluster broker; consumers send -1"
+            ),
         ));
     }
     let settings = &shard.config().fetch;
@@ -70,6 +74,12 @@ fn parse(shard: &Shard, frame: &Frame) -> Result<Parsed, Failure> {
                             },
                             fetch_offset: p.fetch_offset(),
                             max_bytes: p.partition_max_bytes().max(1) as u64,
+                            replica: (replica_id >= 0).then_some(ReplicaFetchFields {
+                                replica_id,
+                                broker_epoch: req.replica_epoch(),
+                                current_leader_epoch: p.current_leader_epoch(),
+                                last_fetched_epoch: p.last_fetched_epoch(),
+                            }),
                         },
                     ))
                 });
@@ -176,6 +186,9 @@ fn response(header: &FrameHeader, slots: &mut [Slot]) -> w::Response {
                 )),
             };
             let message = w::message(&mut fbb, outcome.failure.as_ref());
+            let diverging = outcome
+                .diverging_epoch
+                .map(|(epoch, end)| wire::EpochEndOffset::new(epoch, end));
             let range = wire::PayloadRange::new(position as u32, outcome.size_bytes as u32);
             position += outcome.size_bytes;
             parts.push(wire::FetchPartitionResponse::create(
@@ -187,7 +200,7 @@ fn response(header: &FrameHeader, slots: &mut [Slot]) -> w::Response {
                     high_watermark: outcome.high_watermark,
                     last_stable_offset: outcome.high_watermark,
                     log_start_offset: outcome.log_start_offset,
-                    diverging_epoch: None,
+                    diverging_epoch: diverging.as_ref(),
                     records: Some(&range),
                 },
             ));

@@ -1,5 +1,6 @@
 //! The one append path of a partition: produce requests and group commits both go through
-//! [`Partition::append`], which checks the ISR against `min.insync.replicas`, waits for room
+//! [`Partition::append`], which refuses appends on a replica that does not lead and checks
+//! the ISR against `min.insync.replicas` (`replica`), waits for room
 //! in the core's write budget, and appends with the partition's leader epoch; the returned
 //! [`PendingAck`] then waits for the acknowledgement level the producer asked for.
 
@@ -80,19 +81,7 @@ impl Partition {
         acks: Acks,
     ) -> Result<PendingAck, Failure> {
         self.check_owner();
-        let min_isr = self.min_insync_replicas.get();
-        let isr = self.replica.in_sync_replicas();
-        if acks == Acks::All && min_isr > isr as i64 {
-            return Err(Failure::new(
-                ErrorCode::NotEnoughReplicas,
-                format!(
-                    "min.insync.replicas = {} but the in-sync replica set has {} member{}",
-                    min_isr,
-                    isr,
-                    if isr == 1 { "" } else { "s" }
-                ),
-            ));
-        }
+        self.check_appendable(acks == Acks::All)?;
         self.check_keys(&batches)?;
         strict_assert!(
             batches.iter().all(ValidatedBatch::is_intact),
@@ -127,6 +116,7 @@ impl Partition {
             info.last_offset
         );
         strict_assert_eq!(self.offsets().log_end_offset, info.last_offset + 1);
+        self.after_append();
         if let Some(headers) = producers {
             self.record_producers(&headers, info.base_offset);
         }
@@ -177,7 +167,16 @@ impl PendingAck {
                 duplicate: self.duplicate,
             });
         };
-        let acked = self.partition.log.wait_acked(self.last_offset, level);
+        let partition = self.partition.clone();
+        let last_offset = self.last_offset;
+        let acked = async move {
+            if level == borges_storage::AckLevel::All && partition.log.is_replicated() {
+                partition.wait_replicated(last_offset).await
+            } else {
+                let acked = partition.log.wait_acked(last_offset, level).await;
+                acked.map_err(Failure::from)
+            }
+        };
         let outcome = match deadline {
             None => Some(acked.await),
             Some(d) => time::timeout(d.at.saturating_duration_since(Instant::now()), acked).await,
@@ -201,7 +200,7 @@ impl PendingAck {
                     duplicate: self.duplicate,
                 })
             }
-            Some(Err(e)) => Err(e.into()),
+            Some(Err(f)) => Err(f),
             None => Err(Failure::new(
                 ErrorCode::RequestTimedOut,
                 format!(

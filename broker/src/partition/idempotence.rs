@@ -6,7 +6,9 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use borges_protocol::batch::{BatchError, BatchHeader, NO_PRODUCER_ID};
+#[cfg(test)]
+use borges_protocol::batch::BatchError;
+use borges_protocol::batch::{BatchHeader, NO_PRODUCER_ID};
 use borges_protocol::ErrorCode;
 use borges_runtime::sync::Semaphore;
 use borges_storage::{AckLevel, StorageError};
@@ -119,16 +121,25 @@ impl Partition {
     /// appended as a follower (`stamped`: whole batches with their leader-assigned base offsets,
     /// in log order), without sequence checks, so that a retry reaching this replica after it
     /// became leader is still recognised. Call it right after the follower's log append.
-    #[allow(dead_code)] // replication's entry point (issue 14); tested in `idempotence_tests`
+    #[cfg(test)]
     pub fn note_replicated(&self, stamped: &[u8]) -> Result<(), BatchError> {
-        let mut state = self.producers.borrow_mut();
+        let mut headers = Vec::new();
         let mut at = 0;
         while at < stamped.len() {
             let h = BatchHeader::parse(&stamped[at..])?;
-            state.replay(&h);
             at += h.size_bytes();
+            headers.push(h);
         }
+        self.note_replicated_headers(&headers);
         Ok(())
+    }
+
+    /// `note_replicated` with the headers parsed: the follower's append path.
+    pub(super) fn note_replicated_headers(&self, headers: &[BatchHeader]) {
+        let mut state = self.producers.borrow_mut();
+        for h in headers {
+            state.replay(h);
+        }
     }
 
     /// The maintenance tick's producer part: expiry (every
@@ -198,7 +209,6 @@ impl Partition {
     /// `PartitionLog::truncate_to`), then rebuilds the producer state from the newest snapshot
     /// at or below the new log end and the log after it. Idempotent appends are refused with
     /// `Busy` until the state is rebuilt.
-    #[allow(dead_code)] // replication's entry point (issue 14); tested in `idempotence_tests`
     pub async fn truncate_to(&self, offset: i64) -> Result<(), StorageError> {
         self.upkeep.rebuilding.set(true);
         let result = self.truncate_and_rebuild(offset).await;

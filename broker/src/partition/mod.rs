@@ -15,6 +15,7 @@ mod append;
 mod batch;
 mod compacted;
 mod epochs;
+mod follower;
 mod idempotence;
 #[cfg(test)]
 mod idempotence_tests;
@@ -37,7 +38,10 @@ use futures_channel::oneshot;
 pub use append::{AppendItem, ProduceAck};
 pub use batch::{validate, ValidatedBatch};
 pub use epochs::{EpochEnd, EpochEndItem};
-pub use read::{first_of, FetchItem, FetchOutcome, ListOffsetsItem, OffsetLookup, MAX_TIMESTAMP};
+pub use read::{
+    first_of, FetchItem, FetchOutcome, ListOffsetsItem, OffsetLookup, ReplicaFetchFields,
+    MAX_TIMESTAMP,
+};
 pub use table::{unknown_topic, PartitionTable};
 
 use crate::error::BrokerError;
@@ -228,16 +232,16 @@ pub enum PartitionMessage {
         /// One outcome per item, in order.
         reply: oneshot::Sender<Vec<FetchOutcome>>,
     },
-    /// Resolve when any partition's high watermark passes its offset, or at the deadline.
+    /// Resolve when any partition's high watermark (log end, for replica fetches) passes its
+    /// offset, or at the deadline.
     WaitForData {
-        /// (partition, offset) pairs.
-        items: Vec<(PartitionRef, i64)>,
+        /// (partition, offset, to the log end).
+        items: Vec<(PartitionRef, i64, bool)>,
         /// When to give up.
         deadline: Instant,
         /// Resolved when data arrived or the deadline passed.
         reply: oneshot::Sender<()>,
     },
-    /// Offsets by time.
     /// Where leader epochs end (OffsetForLeaderEpoch) in partitions of the receiving core.
     EpochEnds {
         /// Partitions and epochs.
@@ -245,6 +249,7 @@ pub enum PartitionMessage {
         /// One outcome per item, in order.
         reply: oneshot::Sender<Vec<Result<EpochEnd, Failure>>>,
     },
+    /// Offsets by time.
     ListOffsets {
         /// Partitions and timestamps.
         items: Vec<ListOffsetsItem>,

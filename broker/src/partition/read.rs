@@ -13,6 +13,8 @@ use borges_runtime::time::{self, Instant};
 use borges_storage::{LogOffsets, ReadBound, ReadChunk};
 use bytes::Bytes;
 
+use borges_replication::replica::{IsrChangeRequest, ReplicaFetch};
+
 use super::{Partition, PartitionTable};
 use crate::failure::Failure;
 use crate::types::{PartitionRef, SendChunk};
@@ -33,6 +35,21 @@ pub struct FetchItem {
     pub fetch_offset: i64,
     /// Bytes wanted at most (at least one batch is returned).
     pub max_bytes: u64,
+    /// A follower's fetch (reads to the log end), or `None` for a consumer.
+    pub replica: Option<ReplicaFetchFields>,
+}
+
+/// The follower's fields of a replica fetch for one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaFetchFields {
+    /// The follower broker.
+    pub replica_id: i32,
+    /// Its broker epoch (-1 unknown).
+    pub broker_epoch: i64,
+    /// The leader epoch it follows (-1 unchecked).
+    pub current_leader_epoch: i32,
+    /// The epoch of its last batch (-1 none): divergence is checked against it.
+    pub last_fetched_epoch: i32,
 }
 
 /// What a fetch found in one partition.
@@ -47,6 +64,8 @@ pub struct FetchOutcome {
     pub chunks: Vec<SendChunk>,
     /// Total bytes of `chunks`.
     pub size_bytes: u64,
+    /// Replica fetches: (epoch, end offset) where the follower's log diverged from this one.
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 impl FetchOutcome {
@@ -58,6 +77,7 @@ impl FetchOutcome {
             log_start_offset: -1,
             chunks: Vec::new(),
             size_bytes: 0,
+            diverging_epoch: None,
         }
     }
 }
@@ -115,7 +135,84 @@ impl Partition {
             log_start_offset: read.offsets.log_start_offset,
             chunks,
             size_bytes: read.size_bytes,
+            diverging_epoch: None,
         })
+    }
+
+    /// A follower's fetch on the leader (Kafka's `fetchRecords` for a replica): its leader
+    /// epoch checked, a diverging log answered with where this log's epoch ends (nothing
+    /// read, nothing updated), else its position noted (ISR expansion, high watermark) and
+    /// batches read to the log end. Returns the outcome and the ISR change to ask for.
+    pub async fn read_replica(
+        &self,
+        item: &FetchItem,
+        replica: ReplicaFetchFields,
+    ) -> Result<(FetchOutcome, Option<IsrChangeRequest>), Failure> {
+        self.check_owner();
+        let o = self.offsets();
+        if let Some(diverging) = self.divergence(replica.last_fetched_epoch, item.fetch_offset) {
+            let outcome = FetchOutcome {
+                failure: None,
+                high_watermark: o.high_watermark,
+                log_start_offset: o.log_start_offset,
+                chunks: Vec::new(),
+                size_bytes: 0,
+                diverging_epoch: Some(diverging),
+            };
+            return Ok((outcome, None));
+        }
+        if item.fetch_offset > o.log_end_offset || item.fetch_offset < o.log_start_offset {
+            let mut outcome = FetchOutcome::failed(Failure::new(
+                ErrorCode::OffsetOutOfRange,
+                format!(
+                    "{}: replica fetch at {} outside the log {}..{}",
+                    self.id, item.fetch_offset, o.log_start_offset, o.log_end_offset
+                ),
+            ));
+            outcome.high_watermark = o.high_watermark;
+            outcome.log_start_offset = o.log_start_offset;
+            return Ok((outcome, None));
+        }
+        let fetch = ReplicaFetch {
+            replica_id: replica.replica_id,
+            broker_epoch: replica.broker_epoch,
+            current_leader_epoch: replica.current_leader_epoch,
+            fetch_offset: item.fetch_offset,
+        };
+        let change = self.note_replica_fetch(&fetch, time::now_ms())?;
+        let read = self
+            .log
+            .read(item.fetch_offset, item.max_bytes, ReadBound::LogEnd)
+            .await?;
+        self.check_offsets(&read.offsets);
+        let mut chunks = Vec::with_capacity(read.chunks.len());
+        for chunk in read.chunks {
+            chunks.push(self.send_chunk(chunk, read.offsets.log_end_offset)?);
+        }
+        let outcome = FetchOutcome {
+            failure: None,
+            high_watermark: read.offsets.high_watermark,
+            log_start_offset: read.offsets.log_start_offset,
+            chunks,
+            size_bytes: read.size_bytes,
+            diverging_epoch: None,
+        };
+        Ok((outcome, change))
+    }
+
+    /// Kafka's divergence check: the follower's last epoch ends here before its fetch
+    /// offset, or this log knows only an earlier epoch: (epoch, end) to truncate to.
+    fn divergence(&self, last_fetched_epoch: i32, fetch_offset: i64) -> Option<(i32, i64)> {
+        if last_fetched_epoch < 0 {
+            return None;
+        }
+        match self.log.epoch_end_offset(last_fetched_epoch) {
+            None => Some((-1, -1)),
+            Some((epoch, end)) if epoch < last_fetched_epoch || end < fetch_offset => {
+                Some((epoch, end))
+            }
+            Some(_) => None,
+        }
     }
 
     /// The copy path: batches read into memory.
@@ -139,6 +236,7 @@ impl Partition {
             log_start_offset: offsets.log_start_offset,
             chunks,
             size_bytes,
+            diverging_epoch: None,
         })
     }
 
@@ -249,9 +347,18 @@ impl PartitionTable {
     pub async fn read_all(&self, items: &[FetchItem], copy: bool) -> Vec<FetchOutcome> {
         let mut out = Vec::with_capacity(items.len());
         for item in items {
-            let outcome = match self.get(&item.partition) {
-                Ok(p) => p.read(item.fetch_offset, item.max_bytes, copy).await,
-                Err(f) => Err(f),
+            let outcome = match (self.get(&item.partition), item.replica) {
+                (Ok(p), None) => p.read(item.fetch_offset, item.max_bytes, copy).await,
+                (Ok(p), Some(replica)) => match p.read_replica(item, replica).await {
+                    Ok((outcome, change)) => {
+                        if let Some(change) = change {
+                            self.queue_isr_change(&p, change);
+                        }
+                        Ok(outcome)
+                    }
+                    Err(f) => Err(f),
+                },
+                (Err(f), _) => Err(f),
             };
             out.push(outcome.unwrap_or_else(FetchOutcome::failed));
         }
@@ -259,26 +366,33 @@ impl PartitionTable {
     }
 
     /// Waits until any of these partitions (owned by this core) has a high watermark past its
-    /// offset, or the deadline. Returns at once when one of them is not here.
-    pub async fn wait_for_data(&self, items: &[(PartitionRef, i64)], deadline: Instant) {
+    /// offset (a log end, for replica fetches: `true`), or the deadline. Returns at once when
+    /// one of them is not here.
+    pub async fn wait_for_data(&self, items: &[(PartitionRef, i64, bool)], deadline: Instant) {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 return;
             }
             let mut partitions = Vec::with_capacity(items.len());
-            for (p, offset) in items {
+            for (p, offset, to_log_end) in items {
                 let Ok(partition) = self.get(p) else { return };
-                if partition.offsets().high_watermark > *offset {
+                let o = partition.offsets();
+                let end = if *to_log_end {
+                    o.log_end_offset
+                } else {
+                    o.high_watermark
+                };
+                if end > *offset {
                     return;
                 }
-                let seen = partition.log.changes().generation();
-                partitions.push((partition, seen));
+                let seen = partition.notify_for(*to_log_end).generation();
+                partitions.push((partition, seen, *to_log_end));
             }
             let waits: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = partitions
                 .iter()
-                .map(|(p, seen)| {
-                    Box::pin(p.log.changes().changed_since(*seen))
+                .map(|(p, seen, to_log_end)| {
+                    Box::pin(p.notify_for(*to_log_end).changed_since(*seen))
                         as Pin<Box<dyn Future<Output = ()>>>
                 })
                 .collect();
@@ -301,6 +415,18 @@ impl PartitionTable {
             });
         }
         out
+    }
+}
+
+impl Partition {
+    /// What a long poll waits on: appends and flushes (replica fetches), else the high
+    /// watermark.
+    fn notify_for(&self, to_log_end: bool) -> &borges_runtime::sync::Notify {
+        if to_log_end {
+            self.log.progress()
+        } else {
+            self.log.changes()
+        }
     }
 }
 

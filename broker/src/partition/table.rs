@@ -10,6 +10,9 @@ use borges_protocol::ErrorCode;
 use borges_runtime::task;
 use borges_storage::{CoreStorage, PartitionLog};
 
+use borges_replication::replica::IsrChangeRequest;
+
+use super::replica::{IsrOutbox, ReplicaContext};
 use super::Partition;
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
@@ -39,6 +42,8 @@ pub struct PartitionTable {
     metrics: Rc<CoreMetrics>,
     image: RefCell<Arc<MetadataImage>>,
     topics: RefCell<HashMap<String, TopicPartitions>>,
+    /// ISR changes this core's leaders want committed (drained by the replication task).
+    isr_outbox: Rc<IsrOutbox>,
 }
 
 impl PartitionTable {
@@ -57,6 +62,54 @@ impl PartitionTable {
             metrics,
             image: RefCell::new(Arc::new(MetadataImage::new(cores as u16))),
             topics: RefCell::new(HashMap::new()),
+            isr_outbox: Rc::new(IsrOutbox::default()),
+        }
+    }
+
+    /// ISR changes this core's leaders want committed.
+    pub fn isr_outbox(&self) -> &Rc<IsrOutbox> {
+        &self.isr_outbox
+    }
+
+    /// Queues a leader's ISR change for the controller (dropped, and asked again at the next
+    /// check, when the outbox is full).
+    pub fn queue_isr_change(&self, p: &Partition, change: IsrChangeRequest) {
+        if !self.isr_outbox.push(p.id().clone(), change.clone()) {
+            p.isr_change_failed(change.leader_epoch);
+        }
+    }
+
+    /// The periodic ISR check of every partition this core leads (every
+    /// `replica_lag_time_max_ms / 2`): shrinks go to the outbox.
+    pub fn check_isrs(&self, now_ms: i64) {
+        for p in self.all() {
+            if let Some(change) = p.check_isr(now_ms) {
+                self.queue_isr_change(&p, change);
+            }
+        }
+    }
+
+    /// What the image means for the replicas on this core.
+    fn replica_context(&self) -> ReplicaContext {
+        ReplicaContext {
+            broker_id: self.config.broker_id,
+            cluster: self.config.cluster.enabled(),
+            replica_lag_time_max_ms: self.config.cluster.replica_lag_time_max_ms as i64,
+            now_ms: borges_runtime::time::now_ms(),
+        }
+    }
+
+    /// Applies every partition's record of `image` to its replica role here.
+    fn apply_roles(&self, image: &MetadataImage) {
+        let ctx = self.replica_context();
+        for p in self.all() {
+            let rec = image
+                .topics
+                .get(&*p.id().topic)
+                .and_then(|t| t.partitions.get(p.id().partition as usize));
+            if let Some(rec) = rec {
+                p.apply_replica_record(rec, ctx);
+            }
         }
     }
 
@@ -182,6 +235,7 @@ impl PartitionTable {
                 t.await?;
             }
         }
+        self.apply_roles(&image);
         Ok(())
     }
 

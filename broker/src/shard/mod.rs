@@ -35,6 +35,7 @@ use crate::mesh::{Mesh, MESSAGES_PER_BATCH_MAX};
 use crate::metadata::MetadataImage;
 use crate::metrics::{CoreMetrics, CoreReport, MetricsSnapshot};
 use crate::partition::{PartitionMessage, PartitionTable};
+use crate::replicate;
 use crate::topic_config::{self, TopicConfigError};
 use crate::types::CoreEndpoint;
 
@@ -159,6 +160,15 @@ impl Shard {
     /// order (skipping intermediate ones when it falls behind), and reports how far it got.
     pub fn follow_cluster(self: &Rc<Self>, handle: Arc<ClusterHandle>) {
         *self.cluster.borrow_mut() = Some(handle.clone());
+        let (table, lifecycle) = (self.partitions.clone(), self.lifecycle.clone());
+        task::spawn(replicate::run_isr_outbox(
+            table.clone(),
+            handle.clone(),
+            lifecycle.clone(),
+        ))
+        .detach();
+        let lag_ms = self.config.cluster.replica_lag_time_max_ms;
+        task::spawn(replicate::run_isr_checks(table, lifecycle, lag_ms)).detach();
         let shard = self.clone();
         task::spawn(async move {
             let mut images = handle.images();
@@ -371,6 +381,14 @@ impl Shard {
     /// offsets partitions it now owns.
     pub async fn apply_metadata(&self, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
         self.partitions.apply(image).await?;
+        if self.config.cluster.enabled() {
+            replicate::start_fetchers(&replicate::FetchContext {
+                table: self.partitions.clone(),
+                lifecycle: self.lifecycle.clone(),
+                broker_id: self.config.broker_id,
+                settings: self.config.cluster.clone(),
+            });
+        }
         self.groups.load().await?;
         self.groups.forget_deleted_topics().await;
         Ok(())

@@ -132,7 +132,10 @@ impl Shard {
             {
                 return outcomes;
             }
-            let waits = items().map(|(_, owner, item)| (owner, item.partition, item.fetch_offset));
+            let waits = items().map(|(_, owner, item)| {
+                let to_log_end = item.replica.is_some();
+                (owner, item.partition, item.fetch_offset, to_log_end)
+            });
             self.wait_everywhere(waits, deadline).await;
             if Instant::now() >= deadline {
                 for (i, o) in self.read_everywhere(items(), plan.copy).await {
@@ -181,14 +184,16 @@ impl Shard {
     }
 
     /// Waits until any of the partitions has data past its offset, or the deadline. Items are
-    /// (owner, partition, offset).
+    /// (owner, partition, offset, whether to the log end: replica fetches).
     async fn wait_everywhere(
         self: &Rc<Self>,
-        items: impl IntoIterator<Item = (usize, PartitionRef, i64)>,
+        items: impl IntoIterator<Item = (usize, PartitionRef, i64, bool)>,
         deadline: Instant,
     ) {
         let mut waits: Vec<Pin<Box<dyn Future<Output = ()>>>> = Vec::new();
-        let indexed = items.into_iter().map(|(owner, p, o)| (0, owner, (p, o)));
+        let indexed = items
+            .into_iter()
+            .map(|(owner, p, o, e)| (0, owner, (p, o, e)));
         for (owner, (_, items)) in by_owner(indexed) {
             if owner == self.id {
                 let partitions = self.partitions.clone();

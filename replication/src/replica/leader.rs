@@ -183,6 +183,22 @@ impl LeaderState {
         self.leader_epoch
     }
 
+    /// The partition epoch of the committed ISR.
+    pub fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> LeaderSettings {
+        self.settings
+    }
+
+    /// New settings (a topic's `min.insync.replicas` changed); the high watermark may move.
+    pub fn set_settings(&mut self, settings: LeaderSettings, leader_log_end: i64) -> Option<i64> {
+        self.settings = settings;
+        self.advance_high_watermark(leader_log_end)
+    }
+
     /// The committed ISR, sorted.
     pub fn isr(&self) -> Vec<BrokerId> {
         self.isr.iter().copied().collect()
