@@ -228,7 +228,17 @@ impl Partition {
     pub(super) fn check_appendable(&self, acks_all: bool) -> Result<(), Failure> {
         let role = self.replica.role.borrow();
         match &*role {
-            Role::Alone => Ok(()),
+            Role::Alone => {
+                let min_isr = self.min_insync_replicas.get();
+                if acks_all && min_isr > 1 {
+                    return Err(not_enough_replicas(
+                        ErrorCode::NotEnoughReplicas,
+                        min_isr,
+                        1,
+                    ));
+                }
+                Ok(())
+            }
             Role::Leader(l) => {
                 if acks_all && l.check_acks_all().is_err() {
                     return Err(not_enough_replicas(
