@@ -106,6 +106,7 @@ impl BrokerArgs {
                 .map(str::to_string)
                 .collect();
         }
+        config.resolve_hosts()?;
         config.validate()?;
         config
             .cluster

@@ -81,6 +81,8 @@ pub struct BrokerConfig {
     pub runtime: RuntimeSettings,
     /// Cluster membership (absent: the single-node default).
     pub cluster: crate::cluster_config::ClusterSettings,
+    /// The metrics endpoint's series and connections.
+    pub metrics: MetricsSettings,
 }
 
 impl Default for BrokerConfig {
@@ -102,6 +104,31 @@ impl Default for BrokerConfig {
             producers: ProducerSettings::default(),
             runtime: RuntimeSettings::default(),
             cluster: crate::cluster_config::ClusterSettings::default(),
+            metrics: MetricsSettings::default(),
+        }
+    }
+}
+
+/// The metrics endpoint (`metrics_listen`): what it serves and to how many at once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSettings {
+    /// Per-partition series (offsets, sizes, segments, committed offsets and lag per
+    /// partition); `false` is the low-cardinality mode: per-topic series only.
+    pub partition_series: bool,
+    /// Series per family at most; beyond it the rest (in label order) are left out and
+    /// counted in `borges_metrics_series_omitted{family}`.
+    pub series_per_family_max: u32,
+    /// Connections to the endpoint served at once; more are answered 503 and closed.
+    pub connections_max: u32,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            partition_series: true,
+            series_per_family_max: 10_000,
+            connections_max: 16,
         }
     }
 }
@@ -436,7 +463,49 @@ impl Default for RuntimeSettings {
     }
 }
 
+/// `HOST:PORT` as an address: an IP address as is, a host name through the system resolver
+/// (its first IPv4 address, else its first address).
+pub fn resolve_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = text.parse() {
+        return Ok(a);
+    }
+    let found: Vec<std::net::SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?} is not HOST:PORT or its host does not resolve: {e}"))?
+        .collect();
+    let first = found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .copied();
+    first.ok_or_else(|| format!("{text:?}: the host resolves to no address"))
+}
+
 impl BrokerConfig {
+    /// Replaces host names in `listen` and `metrics_listen` with the addresses they resolve
+    /// to (the rest of the broker binds and compares addresses); a listen host name becomes
+    /// the advertised host unless one is set.
+    pub fn resolve_hosts(&mut self) -> Result<(), BrokerError> {
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            let addr = resolve_address(&self.listen)
+                .map_err(|e| BrokerError::Config(format!("listen = {e}")))?;
+            if self.advertised_host.is_none() {
+                let host = self.listen.rsplit_once(':').map(|(h, _)| h.to_string());
+                self.advertised_host = host;
+            }
+            self.listen = addr.to_string();
+        }
+        if !self.metrics_listen.is_empty()
+            && self.metrics_listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            let addr = resolve_address(&self.metrics_listen)
+                .map_err(|e| BrokerError::Config(format!("metrics_listen = {e}")))?;
+            self.metrics_listen = addr.to_string();
+        }
+        Ok(())
+    }
+
     /// Reads a TOML file over the embedded defaults.
     pub fn from_toml_file(path: &std::path::Path) -> Result<BrokerConfig, BrokerError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
@@ -501,6 +570,11 @@ impl BrokerConfig {
                 "metrics_listen = {:?} is not HOST:PORT",
                 self.metrics_listen
             ));
+        }
+        if self.metrics.series_per_family_max == 0 || self.metrics.connections_max == 0 {
+            return fail(
+                "metrics.series_per_family_max and metrics.connections_max must be positive".into(),
+            );
         }
         self.limits.validate()?;
         let l = &self.limits;

@@ -29,6 +29,7 @@ mod connection;
 mod controller;
 mod descriptors;
 mod dispatch;
+mod endpoint;
 mod error;
 mod failure;
 mod frame_reader;

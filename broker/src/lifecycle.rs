@@ -64,6 +64,21 @@ impl Lifecycle {
     }
 }
 
+/// What `/healthz` and `/readyz` need to know of one core.
+#[derive(Debug, Clone)]
+pub struct CoreHealth {
+    /// The core.
+    pub core: usize,
+    /// Its log directory's state: `writable`, `read_only` or `failed`.
+    pub log_dir_state: &'static str,
+    /// Why, when not writable.
+    pub log_dir_reason: Option<String>,
+    /// It accepts connections.
+    pub serving: bool,
+    /// Shutdown has started.
+    pub shutting_down: bool,
+}
+
 /// Start-up, observation and shutdown steps for a core, sent by core 0.
 pub enum LifecycleMessage {
     /// Bind this core's listeners; reply with the per-core address.
@@ -82,6 +97,11 @@ pub enum LifecycleMessage {
     Metrics {
         /// The snapshot.
         reply: oneshot::Sender<MetricsSnapshot>,
+    },
+    /// Report health (cheap: no per-partition figures).
+    Health {
+        /// The core's health.
+        reply: oneshot::Sender<CoreHealth>,
     },
     /// Stop accepting, finish in-flight requests, close partition logs cleanly.
     Shutdown {

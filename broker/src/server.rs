@@ -15,13 +15,13 @@ use std::time::Duration;
 use borges_protocol::ErrorCode;
 use borges_runtime::channel::{self, MeshEndpoints};
 use borges_runtime::executor::{self, ExecutorConfig};
-use borges_runtime::net::{TcpListener, TcpStream};
+use borges_runtime::net::TcpListener;
 use borges_runtime::{task, time};
 use borges_storage::{CoreStorage, StorageConfig};
 
 use crate::admission::core_port;
 use crate::config::BrokerConfig;
-use crate::descriptors::{DescriptorPlan, METRICS_CONNECTIONS_MAX};
+use crate::descriptors::DescriptorPlan;
 use crate::error::BrokerError;
 use crate::failure::Failure;
 use crate::lifecycle::LifecycleMessage;
@@ -44,6 +44,7 @@ struct Shared {
 
 /// Starts the broker and blocks until it has shut down.
 pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
+    crate::metrics::mark_start();
     check_io_uring()?;
     // glommio opens files relative to no directory (dirfd -1), so relative paths fail with
     // EBADF deep inside the storage engine; resolve the data directory once here.
@@ -326,6 +327,8 @@ async fn orchestrate(shard: &Rc<Shard>, shared: &Shared) -> Result<(), BrokerErr
 /// Core 0: loads the metadata and opens every core's partitions, binds every core's
 /// listeners, then lets every core serve.
 async fn start_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
+    // First, so that /healthz and /readyz answer while partitions recover.
+    let metrics_addr = crate::endpoint::start(shard)?;
     shard.load_metadata().await?;
     let mut endpoints = Vec::with_capacity(shard.cores());
     for to in 0..shard.cores() {
@@ -352,7 +355,6 @@ async fn start_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
             shard.mesh().ask(to, serve).await?;
         }
     }
-    let metrics_addr = start_metrics(shard)?;
     write_ready_file(shard, &endpoints, metrics_addr).await?;
     tracing::info!(
         listen = %shard.config().listen,
@@ -484,88 +486,4 @@ async fn write_ready_file(
         context: "writing the ready file".into(),
         cause: source,
     })
-}
-
-/// Serves the Prometheus endpoint on core 0.
-fn start_metrics(shard: &Rc<Shard>) -> Result<Option<SocketAddr>, BrokerError> {
-    if shard.config().metrics_listen.is_empty() {
-        return Ok(None);
-    }
-    let addr: SocketAddr = shard
-        .config()
-        .metrics_listen
-        .parse()
-        .map_err(|e| BrokerError::Config(format!("metrics_listen: {e}")))?;
-    let listener = TcpListener::bind_exclusive(addr).map_err(|source| BrokerError::Io {
-        context: format!("binding metrics_listen {addr}"),
-        cause: source,
-    })?;
-    let bound = listener.local_addr().map_err(|source| BrokerError::Io {
-        context: format!("reading the address of {addr}"),
-        cause: source,
-    })?;
-    let shard = shard.clone();
-    let open = Rc::new(std::cell::Cell::new(0u64));
-    task::spawn(async move {
-        let lifecycle = shard.lifecycle().clone();
-        loop {
-            let seen = lifecycle.shutdown().generation();
-            if lifecycle.is_shutting_down() {
-                return;
-            }
-            let accepted =
-                futures_lite::future::or(async { Some(listener.accept().await) }, async {
-                    lifecycle.shutdown().changed_since(seen).await;
-                    None
-                })
-                .await;
-            // Over the limit the connection is dropped at once (closed).
-            if let Some(Ok(stream)) = accepted.filter(|_| open.get() < METRICS_CONNECTIONS_MAX) {
-                let (shard, open) = (shard.clone(), open.clone());
-                open.set(open.get() + 1);
-                task::spawn(async move {
-                    serve_metrics(shard, stream).await;
-                    open.set(open.get() - 1);
-                })
-                .detach();
-            }
-        }
-    })
-    .detach();
-    Ok(Some(bound))
-}
-
-/// Requests larger than this are not HTTP requests we answer.
-const METRICS_REQUEST_BYTES_MAX: usize = 8192;
-
-async fn serve_metrics(shard: Rc<Shard>, mut stream: TcpStream) {
-    let mut buf = vec![0u8; METRICS_REQUEST_BYTES_MAX];
-    let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-        if len == buf.len() {
-            return;
-        }
-        match time::timeout(Duration::from_secs(5), stream.read(&mut buf[len..])).await {
-            Some(Ok(n)) if n > 0 => len += n,
-            _ => return,
-        }
-    }
-    let request = String::from_utf8_lossy(&buf[..len]);
-    let path = request.split_whitespace().nth(1).unwrap_or("");
-    let (status, body) = match path {
-        "/metrics" => ("200 OK", gather_metrics(&shard).await),
-        "/healthz" => ("200 OK", "ok\n".to_string()),
-        _ => ("404 Not Found", "not found; try /metrics\n".to_string()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
-    let _ = stream.shutdown().await;
-}
-
-async fn gather_metrics(shard: &Rc<Shard>) -> String {
-    crate::metrics::render(&shard.gather_metrics().await)
 }

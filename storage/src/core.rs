@@ -192,6 +192,8 @@ pub struct CoreStorage {
     pub(crate) disk: Disk,
     /// Where this core's logs read the time and sleep.
     pub(crate) clock: Clock,
+    /// Told the duration of every successful log fdatasync on this core (metrics).
+    sync_observer: RefCell<Option<Box<dyn Fn(std::time::Duration)>>>,
 }
 
 impl CoreStorage {
@@ -250,6 +252,7 @@ impl CoreStorage {
             open_writers: Cell::new(0),
             disk,
             clock,
+            sync_observer: RefCell::new(None),
         });
         *core.this.borrow_mut() = Rc::downgrade(&core);
         core.probe_disk();
@@ -361,6 +364,19 @@ impl CoreStorage {
     /// The clock this core's logs use.
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// Calls `observe` with the duration of every successful log fdatasync on this core
+    /// from now on (the broker's fsync latency histogram).
+    pub fn observe_syncs(&self, observe: impl Fn(std::time::Duration) + 'static) {
+        *self.sync_observer.borrow_mut() = Some(Box::new(observe));
+    }
+
+    /// Reports one log fdatasync to the observer, if any.
+    pub(crate) fn observed_sync(&self, elapsed: std::time::Duration) {
+        if let Some(observe) = &*self.sync_observer.borrow() {
+            observe(elapsed);
+        }
     }
 
     /// Whether a write or fsync failed on this core's log directory.

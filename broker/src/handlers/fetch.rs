@@ -119,9 +119,13 @@ pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
         slot.outcome = outcome;
     }
     trim(&mut parsed.slots, parsed.max_bytes);
+    let metrics = shard.metrics();
+    for s in &parsed.slots {
+        metrics.record_fetch(&s.topic, s.outcome.as_ref().map_or(0, |o| o.size_bytes));
+    }
     let response = response(&header, &mut parsed.slots);
     let sent: u64 = response.payload.iter().map(|c| c.len()).sum();
-    shard.metrics().record_fetch(sent);
+    metrics.record_fetch_response(sent);
     Some(response)
 }
 

@@ -84,6 +84,8 @@ pub async fn handle(shard: &Rc<Shard>, frame: Frame) -> Completion {
             return Box::pin(async move { Some(refused(&header, acks, &f)) });
         }
     };
+    let request_bytes: usize = parts.iter().map(|b| b.len()).sum();
+    shard.metrics().record_produce_request(request_bytes as u64);
     let mut items = Vec::with_capacity(parts.len());
     for (i, bytes) in parts.into_iter().enumerate() {
         let slot = &mut parsed.slots[i];

@@ -225,12 +225,14 @@ impl PartitionTable {
     ) -> impl Future<Output = Vec<Result<ProduceAck, Failure>>> + 'static {
         let mut appended = Vec::with_capacity(items.len());
         for item in items {
+            let topic = item.partition.topic.clone();
             let pending = match self.get(&item.partition) {
                 Ok(p) => p.append(item.batches, acks).await,
                 Err(f) => Err(f),
             };
             if let Ok(p) = &pending {
-                self.metrics().record_produce(p.size_bytes(), p.records());
+                let metrics = self.metrics();
+                metrics.record_produce(&topic, p.size_bytes(), p.records());
             }
             appended.push(pending);
         }

@@ -9,6 +9,7 @@
 //! only decode, call the shard, and encode.
 
 mod cleaner;
+mod observe;
 mod route;
 
 use std::collections::BTreeMap;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use borges_runtime::channel::{CoreReceiver, CoreSenders};
 use borges_runtime::{task, time};
-use borges_storage::CoreStorage;
+use borges_storage::{CoreStorage, DiskState};
 
 pub use route::FetchPlan;
 
@@ -30,7 +31,7 @@ use crate::controller::{
 };
 use crate::error::BrokerError;
 use crate::groups::coordinator::{Coordinator, GroupMessage};
-use crate::lifecycle::{Lifecycle, LifecycleMessage};
+use crate::lifecycle::{CoreHealth, Lifecycle, LifecycleMessage};
 use crate::mesh::{Mesh, MESSAGES_PER_BATCH_MAX};
 use crate::metadata::MetadataImage;
 use crate::metrics::{CoreMetrics, CoreReport, MetricsSnapshot};
@@ -78,6 +79,8 @@ impl Shard {
         storage: Rc<CoreStorage>,
     ) -> Rc<Shard> {
         let metrics = Rc::new(CoreMetrics::new(id));
+        let observed = metrics.clone();
+        storage.observe_syncs(move |elapsed| observed.record_fsync(elapsed));
         let partitions = Rc::new(PartitionTable::new(
             id,
             cores,
@@ -287,6 +290,9 @@ impl Shard {
             LifecycleMessage::Metrics { reply } => {
                 let _ = reply.send(self.snapshot());
             }
+            LifecycleMessage::Health { reply } => {
+                let _ = reply.send(self.health());
+            }
             LifecycleMessage::Shutdown { reply } => {
                 let _ = reply.send(self.shutdown().await);
             }
@@ -420,6 +426,27 @@ impl Shard {
             partitions: self.partitions.all().iter().map(|p| p.stats()).collect(),
             group_offsets: self.groups.committed(),
         })
+    }
+
+    /// This core's health, for `/healthz` and `/readyz`.
+    pub fn health(&self) -> CoreHealth {
+        let state = self.partitions.storage().disk_state();
+        let reason = match &state {
+            DiskState::Writable => None,
+            DiskState::ReadOnly { out_of_space, .. } => Some(if *out_of_space {
+                "the disk is full".to_string()
+            } else {
+                "free space is below storage.disk_free_bytes_min".to_string()
+            }),
+            DiskState::Failed { reason } => Some(reason.clone()),
+        };
+        CoreHealth {
+            core: self.id,
+            log_dir_state: state.name(),
+            log_dir_reason: reason,
+            serving: self.lifecycle.serving().generation() > 0,
+            shutting_down: self.lifecycle.is_shutting_down(),
+        }
     }
 
     /// Stops this core: no new connections or requests, in-flight requests finish (up to a

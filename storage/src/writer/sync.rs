@@ -99,10 +99,12 @@ impl PartitionLog {
 
     pub(super) async fn sync_parts(&self, w: &mut IndexParts<'_>) -> Result<(), StorageError> {
         let target = self.state.borrow().flushed;
+        let started = std::time::Instant::now();
         w.file
             .sync_data()
             .await
             .map_err(|e| io_error("fdatasync", w.log_path, e))?;
+        self.core.observed_sync(started.elapsed());
         *w.last_sync = self.core.clock.now();
         self.mark_synced(target);
         Ok(())
