@@ -298,7 +298,7 @@ fn metrics_endpoint_reports_traffic() {
         "{text}"
     );
     assert!(
-        text.contains("borges_request_latency_seconds{api=\"Produce\",quantile=\"0.99\"}"),
+        text.contains("borges_request_latency_seconds_bucket{api=\"Produce\",le=\"+Inf\"} 1"),
         "{text}"
     );
 }
