@@ -571,11 +571,6 @@ impl BrokerConfig {
                 self.metrics_listen
             ));
         }
-        if self.metrics.series_per_family_max == 0 || self.metrics.connections_max == 0 {
-            return fail(
-                "metrics.series_per_family_max and metrics.connections_max must be positive".into(),
-            );
-        }
         self.limits.validate()?;
         let l = &self.limits;
         if self.log.max_message_bytes >= l.frame_size_bytes_max {
@@ -611,8 +606,13 @@ impl BrokerConfig {
         self.check_cleaner()
     }
 
-    /// The producer limits and the `storage.cleaner_*` limits.
+    /// The producer limits, the `storage.cleaner_*` limits and the `[metrics]` ones.
     fn check_cleaner(&self) -> Result<(), BrokerError> {
+        if self.metrics.series_per_family_max == 0 || self.metrics.connections_max == 0 {
+            return Err(BrokerError::Config(
+                "metrics.series_per_family_max and metrics.connections_max must be positive".into(),
+            ));
+        }
         self.producers.validate().map_err(BrokerError::Config)?;
         let checked = self.storage.cleaner().validate();
         checked.map_err(|e| BrokerError::Config(format!("storage: {e}")))

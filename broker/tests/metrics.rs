@@ -171,7 +171,8 @@ fn check_shape(s: &Scrape) {
         .filter(|(_, k)| *k == "histogram")
         .map(|(f, _)| f);
     for family in histograms {
-        let mut series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
+        type Buckets = Vec<(f64, f64)>;
+        let mut series: BTreeMap<Vec<(String, String)>, Buckets> = BTreeMap::new();
         for b in s.matching(&format!("{family}_bucket"), &[]) {
             let mut labels = b.labels.clone();
             let le = labels.remove("le").expect("le");
@@ -261,7 +262,27 @@ fn every_family_is_described_and_counts_what_was_done() {
 
     let after = scrape(&broker);
     check_shape(&after);
+    let done = Done {
+        produced_bytes,
+        fetched_bytes: fetched.len() as f64,
+        forwarding_core: other0,
+    };
+    check_traffic(&before, &after, &done);
+    check_partitions_and_groups(&after, (a.len(), b.len() + c.len()));
+    check_broker_wide(&after, test_start_s);
+}
+
+/// What the traffic test did.
+struct Done {
+    produced_bytes: f64,
+    fetched_bytes: f64,
+    /// The core that forwarded the produce of partition 0.
+    forwarding_core: usize,
+}
+
+fn check_traffic(before: &Scrape, after: &Scrape, done: &Done) {
     let delta = |name: &str, with: &[(&str, &str)]| after.sum(name, with) - before.sum(name, with);
+    let (produced_bytes, other0) = (done.produced_bytes, done.forwarding_core);
     // Data in and out, per core and per topic.
     assert_eq!(delta("borges_produce_records_total", &[]), 8.0);
     assert_eq!(delta("borges_produce_bytes_total", &[]), produced_bytes);
@@ -273,7 +294,7 @@ fn every_family_is_described_and_counts_what_was_done() {
         after.one("borges_topic_bytes_in_total", &[("topic", "m")]),
         produced_bytes
     );
-    let fetched_bytes = fetched.len() as f64;
+    let fetched_bytes = done.fetched_bytes;
     assert_eq!(delta("borges_fetch_bytes_total", &[]), fetched_bytes);
     assert_eq!(
         after.one("borges_topic_bytes_out_total", &[("topic", "m")]),
@@ -324,8 +345,6 @@ fn every_family_is_described_and_counts_what_was_done() {
     );
     assert!(delta("borges_bytes_received_total", &[]) >= produced_bytes);
     assert!(delta("borges_bytes_sent_total", &[]) >= fetched_bytes);
-    check_partitions_and_groups(&after, (a.len(), b.len() + c.len()));
-    check_broker_wide(&after, test_start_s);
 }
 
 fn check_partitions_and_groups(s: &Scrape, sizes: (usize, usize)) {

@@ -157,6 +157,9 @@ impl Drop for Descriptors {
     }
 }
 
+/// Told the duration of each successful log fdatasync (see [`CoreStorage::observe_syncs`]).
+type SyncObserver = Box<dyn Fn(std::time::Duration)>;
+
 /// Per-core settings and shared state of every log on one core: memory budgets, open-file
 /// cache, descriptor budget, the state of the log directory. Lives on one core (`Rc`, not
 /// `Send`).
@@ -193,7 +196,7 @@ pub struct CoreStorage {
     /// Where this core's logs read the time and sleep.
     pub(crate) clock: Clock,
     /// Told the duration of every successful log fdatasync on this core (metrics).
-    sync_observer: RefCell<Option<Box<dyn Fn(std::time::Duration)>>>,
+    sync_observer: RefCell<Option<SyncObserver>>,
 }
 
 impl CoreStorage {

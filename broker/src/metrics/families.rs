@@ -72,6 +72,7 @@ pub fn render(snapshots: &[MetricsSnapshot], figures: &BrokerFigures, o: Metrics
     }
     groups(&mut ex, snapshots, o.partition_series);
     cluster(&mut ex, &figures.cluster);
+    build(&mut ex, figures);
     process(&mut ex, figures);
     encode(ex.finish(), o.openmetrics)
 }
@@ -89,7 +90,8 @@ fn int(v: u64) -> Value {
 }
 
 fn requests(ex: &mut Exposition, snapshots: &[MetricsSnapshot]) {
-    let kinds: [(&'static str, &'static str, fn(&(u16, u64, u64)) -> u64); 2] = [
+    type Get = fn(&(u16, u64, u64)) -> u64;
+    let kinds: [(&'static str, &'static str, Get); 2] = [
         ("borges_requests_total", "Requests handled, per API", |r| {
             r.1
         }),
@@ -434,7 +436,7 @@ fn cluster(ex: &mut Exposition, c: &ClusterFigures) {
     }
 }
 
-fn process(ex: &mut Exposition, f: &BrokerFigures) {
+fn build(ex: &mut Exposition, f: &BrokerFigures) {
     ex.family(
         "borges_build_info",
         "Version and commit of the running broker (always 1)",
@@ -453,6 +455,9 @@ fn process(ex: &mut Exposition, f: &BrokerFigures) {
         Kind::Gauge,
     )
     .series(Vec::new(), Value::Float(f.uptime_s));
+}
+
+fn process(ex: &mut Exposition, f: &BrokerFigures) {
     let p = &f.host.process;
     let float = |v: Option<f64>| v.map(Value::Float);
     let whole = |v: Option<u64>| v.map(int);
