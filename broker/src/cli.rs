@@ -59,6 +59,10 @@ pub struct BrokerArgs {
     /// Write a JSON file with the bound addresses once every core serves.
     #[arg(long, value_name = "FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Print the effective configuration (defaults, file, environment and flags merged) as
+    /// TOML, then exit without starting.
+    #[arg(long)]
+    pub print_config: bool,
     /// Log format.
     #[arg(long, env = "BORGES_LOG_FORMAT", value_parser = ["text", "json"], default_value = "text")]
     pub log_format: String,
@@ -118,6 +122,12 @@ impl BrokerArgs {
 
 /// Runs the broker until SIGTERM or SIGINT; returns once it has shut down cleanly.
 pub fn run(args: BrokerArgs) -> Result<(), crate::BrokerError> {
+    if args.print_config {
+        let text = args.resolve()?.to_toml();
+        // A closed pipe (`| head`) is not an error of the broker.
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+        return Ok(());
+    }
     crate::logging::init(&args.log_format);
     let config = args.resolve()?;
     crate::server::run(config)

@@ -463,6 +463,44 @@ impl Default for RuntimeSettings {
     }
 }
 
+/// A toml error as toml renders it (line, column, the line), with a suggestion for a
+/// misspelt key.
+fn explain(e: &toml::de::Error) -> String {
+    let text = e.to_string();
+    let text = text.trim_end();
+    match suggest(text) {
+        Some(key) => format!("{text}\ndid you mean `{key}`?"),
+        None => text.to_string(),
+    }
+}
+
+/// For "unknown field `x`, expected one of `a`, `b`": the expected key closest to `x`.
+fn suggest(message: &str) -> Option<String> {
+    let rest = message.split("unknown field `").nth(1)?;
+    let (unknown, expected) = rest.split_once('`')?;
+    let candidates = expected.split('`').skip(1).step_by(2);
+    let (distance, best) = candidates
+        .map(|c| (edit_distance(unknown, c), c))
+        .min_by_key(|(d, _)| *d)?;
+    (distance <= (unknown.len() / 3).max(2)).then(|| best.to_string())
+}
+
+/// Levenshtein distance.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
 /// `HOST:PORT` as an address: an IP address as is, a host name through the system resolver
 /// (its first IPv4 address, else its first address).
 pub fn resolve_address(text: &str) -> Result<std::net::SocketAddr, String> {
@@ -511,13 +549,49 @@ impl BrokerConfig {
         let text = std::fs::read_to_string(path).map_err(|e| {
             BrokerError::Config(format!("cannot read config file {}: {e}", path.display()))
         })?;
-        Self::from_toml_str(&text)
-            .map_err(|e| BrokerError::Config(format!("{}: {e}", path.display())))
+        toml::from_str(&text).map_err(|e| BrokerError::ConfigFile {
+            path: path.to_path_buf(),
+            message: explain(&e),
+        })
     }
 
     /// Parses TOML over the embedded defaults.
     pub fn from_toml_str(text: &str) -> Result<BrokerConfig, BrokerError> {
-        toml::from_str(text).map_err(|e| BrokerError::Config(e.to_string()))
+        toml::from_str(text).map_err(|e| BrokerError::Config(explain(&e)))
+    }
+
+    /// The configuration as TOML (what `borges broker --print-config` prints): every key,
+    /// with the optional ones that are unset named in a comment.
+    pub fn to_toml(&self) -> String {
+        let body = toml::to_string(self).unwrap_or_else(|e| format!("# not printable: {e}\n"));
+        let unset: Vec<&str> = [
+            ("advertised_host", self.advertised_host.is_none()),
+            ("core_port_base", self.core_port_base.is_none()),
+            ("ready_file", self.ready_file.is_none()),
+            (
+                "runtime.io_memory_bytes",
+                self.runtime.io_memory_bytes.is_none(),
+            ),
+            (
+                "cluster.controller_listen",
+                self.cluster.controller_listen.is_none(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, unset)| unset.then_some(key))
+        .collect();
+        let mut out = String::from(
+            "# Effective configuration: embedded defaults < --config file < environment < flags.\n",
+        );
+        if !unset.is_empty() {
+            out.push_str(&format!(
+                "# Unset, their defaults apply: {}.\n",
+                unset.join(", ")
+            ));
+        }
+        out.push('\n');
+        out.push_str(&body);
+        out
     }
 
     /// The storage part of [`BrokerConfig::validate`].
@@ -626,6 +700,58 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         BrokerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn the_example_file_is_the_defaults_with_every_key() {
+        let text = include_str!("../../config/borges.toml");
+        let example = BrokerConfig::from_toml_str(text).unwrap();
+        example.validate().unwrap();
+        assert_eq!(example.to_toml(), BrokerConfig::default().to_toml());
+        // Every key the broker has appears in the example (not only its default).
+        fn keys(v: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+            if let toml::Value::Table(t) = v {
+                for (k, v) in t {
+                    let key = format!("{prefix}{k}");
+                    keys(v, &format!("{key}."), out);
+                    out.push(key);
+                }
+            }
+        }
+        let (mut shown, mut all) = (Vec::new(), Vec::new());
+        keys(&text.parse::<toml::Value>().unwrap(), "", &mut shown);
+        keys(
+            &toml::Value::try_from(BrokerConfig::default()).unwrap(),
+            "",
+            &mut all,
+        );
+        let missing: Vec<_> = all.iter().filter(|k| !shown.contains(k)).collect();
+        assert!(missing.is_empty(), "config/borges.toml lacks {missing:?}");
+    }
+
+    #[test]
+    fn printed_configuration_reads_back() {
+        let mut c = BrokerConfig::default();
+        c.log.num_partitions = 7;
+        c.core_port_base = Some(0);
+        let printed = c.to_toml();
+        assert!(printed.contains("Unset, their defaults apply: advertised_host, ready_file"));
+        let back = BrokerConfig::from_toml_str(&printed).unwrap();
+        assert_eq!(back.to_toml(), printed);
+    }
+
+    #[test]
+    fn misspelt_keys_get_a_suggestion() {
+        let err = BrokerConfig::from_toml_str("[limits]\nconnection_max = 5\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("line 2"), "{text}");
+        assert!(text.ends_with("did you mean `connections_max`?"), "{text}");
+        let err = BrokerConfig::from_toml_str("zzzzzz = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("did you mean"), "{err}");
+        assert_eq!(edit_distance("metric", "metrics"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
     }
 
     #[test]

@@ -14,6 +14,38 @@ pub enum BrokerError {
     /// A configuration value or relation is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The configuration file is unreadable or not valid TOML for the broker (the message as
+    /// toml renders it: line, column, the line itself; with a "did you mean" for a misspelt key).
+    #[error("invalid configuration in {}: {message}", path.display())]
+    ConfigFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong, possibly on several lines.
+        message: String,
+    },
+    /// An address the broker must listen on is taken.
+    #[error(
+        "cannot listen on {address} ({what}): {cause} (another broker or program listens there)"
+    )]
+    AddressInUse {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// Which listener (`listen`, `per-core port`, `metrics_listen`).
+        what: &'static str,
+        /// The bind error.
+        cause: std::io::Error,
+    },
+    /// Another broker holds the data directory's lock.
+    #[error("data directory {} is in use by another broker (cannot lock {})", dir.display(), lock.display())]
+    DataDirInUse {
+        /// The data directory.
+        dir: std::path::PathBuf,
+        /// Its lock file.
+        lock: std::path::PathBuf,
+    },
+    /// The machine lacks something the broker needs (io_uring).
+    #[error("{0}")]
+    Unsupported(String),
     /// The runtime could not start (io_uring, locked memory, CPUs).
     #[error(transparent)]
     Runtime(#[from] borges_runtime::executor::RuntimeError),

@@ -96,11 +96,11 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
             },
         )?
     };
+    let cpus: Vec<String> = started.cpus.iter().map(ToString::to_string).collect();
     tracing::info!(
-        cores,
-        cpus = ?started.cpus,
-        data_dir = %shared.config.data_dir.display(),
-        "starting: {}",
+        "starting: {cores} cores on CPUs {}, data directory {}; {}",
+        cpus.join(","),
+        shared.config.data_dir.display(),
         started.locked_memory
     );
     let mut errors = Vec::new();
@@ -177,10 +177,12 @@ fn check_addresses_free(config: &BrokerConfig, cores: usize) -> Result<(), Broke
                 {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) => {
-                    return Err(BrokerError::Config(format!(
-                        "cannot listen on {address} ({what}): {e} (another broker or program listens there)"
-                    )))
+                Err(cause) => {
+                    return Err(BrokerError::AddressInUse {
+                        address,
+                        what,
+                        cause,
+                    })
                 }
             }
         }
@@ -190,7 +192,7 @@ fn check_addresses_free(config: &BrokerConfig, cores: usize) -> Result<(), Broke
 
 fn check_io_uring() -> Result<(), BrokerError> {
     match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
-        Ok(v) if v.trim() == "2" => Err(BrokerError::Config(
+        Ok(v) if v.trim() == "2" => Err(BrokerError::Unsupported(
             "io_uring is disabled on this machine (sysctl kernel.io_uring_disabled = 2); Borges needs it: set it to 0".into(),
         )),
         _ => Ok(()),
@@ -207,11 +209,10 @@ fn lock_data_dir(config: &BrokerConfig) -> Result<File, BrokerError> {
     // SAFETY: flock on a descriptor we own.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
-        return Err(BrokerError::Config(format!(
-            "data directory {} is in use by another broker (cannot lock {})",
-            config.data_dir.display(),
-            path.display()
-        )));
+        return Err(BrokerError::DataDirInUse {
+            dir: config.data_dir.clone(),
+            lock: path,
+        });
     }
     Ok(file)
 }
@@ -330,6 +331,7 @@ async fn start_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
     // First, so that /healthz and /readyz answer while partitions recover.
     let metrics_addr = crate::endpoint::start(shard)?;
     shard.load_metadata().await?;
+    log_partitions_opened(shard).await;
     let mut endpoints = Vec::with_capacity(shard.cores());
     for to in 0..shard.cores() {
         let addr = if to == shard.id() {
@@ -356,13 +358,31 @@ async fn start_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
         }
     }
     write_ready_file(shard, &endpoints, metrics_addr).await?;
+    let cores: Vec<String> = endpoints.iter().map(|e| e.addr.to_string()).collect();
+    let metrics = metrics_addr.map_or("off".to_string(), |a| format!("http://{a}/metrics"));
     tracing::info!(
-        listen = %shard.config().listen,
-        cores = ?endpoints.iter().map(|e| e.addr.to_string()).collect::<Vec<_>>(),
-        metrics = ?metrics_addr.map(|a| a.to_string()),
-        "serving"
+        "serving: listen {}, per-core ports {}, metrics {metrics}",
+        shard.config().listen,
+        cores.join(",")
     );
     Ok(())
+}
+
+/// One line for every partition opened (the per-partition lines are at debug level).
+async fn log_partitions_opened(shard: &Rc<Shard>) {
+    let snapshots = shard.gather_metrics().await;
+    let partitions: usize = snapshots.iter().map(|s| s.partitions.len()).sum();
+    let size_bytes: u64 = snapshots
+        .iter()
+        .flat_map(|s| &s.partitions)
+        .map(|p| p.size_bytes)
+        .sum();
+    tracing::info!(
+        "opened {partitions} partitions on {} cores (topics: {}, logs: {} MiB)",
+        shard.cores(),
+        shard.image().topics.len(),
+        size_bytes / (1 << 20)
+    );
 }
 
 async fn wait_until_stopped(shard: &Rc<Shard>, shared: &Shared) {

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use borges_protocol::batch::Compression;
 use borges_protocol::message::{self, MessageHead};
 use borges_protocol::{ApiKey, ErrorCode};
+use borges_testkit::cluster::Cluster;
 use borges_testkit::{BrokerOptions, BrokerProcess};
 use common::{make_batch, RawClient};
 
@@ -568,4 +569,72 @@ fn metric_names_are_found_in_expressions() {
     let names = metric_names("sum by (api) (rate(borges_requests_total[5m])) / process_max_fds");
     assert_eq!(names, ["borges_requests_total", "process_max_fds"]);
     assert!(metric_names("my_borges_x + label_borges").is_empty());
+}
+
+#[test]
+fn a_cluster_has_one_active_controller_and_a_leader_for_every_partition() {
+    use borges_broker::metadata::BrokerState;
+    let mut c = Cluster::start(3);
+    let controller = c.wait_for_controller();
+    c.wait_for_every_node("three running brokers", |i| {
+        i.brokers.len() == 3 && i.brokers.values().all(|b| b.state == BrokerState::Running)
+    });
+    c.cli(&[
+        "topic",
+        "create",
+        "orders",
+        "--partitions",
+        "6",
+        "--replication-factor",
+        "3",
+    ]);
+    let images = c.wait_for_every_node("orders everywhere", |i| {
+        i.topics
+            .get("orders")
+            .is_some_and(|t| t.partitions.len() == 6)
+    });
+    let all = || images[0].topics.values().flat_map(|t| &t.partitions);
+    let partitions = all().count() as f64;
+    let under = all().filter(|p| p.isr.len() < p.replicas.len()).count() as f64;
+    // Polls until every broker's metrics follow the image (no timing asserted).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let scrapes = loop {
+        let scrapes: Vec<Scrape> = (1..=3)
+            .map(|id| parse(&get(&c.node(id).metrics_addr(), "/metrics").2))
+            .collect();
+        let leaders: f64 = scrapes
+            .iter()
+            .map(|s| s.one("borges_partitions_leader", &[]))
+            .sum();
+        if leaders == partitions {
+            break scrapes;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{leaders} leaders for {partitions}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for (i, s) in scrapes.iter().enumerate() {
+        check_shape(s);
+        let active = s.one("borges_cluster_active_controller", &[]);
+        assert_eq!(
+            active,
+            f64::from(u8::from(i as u64 + 1 == controller)),
+            "node {}",
+            i + 1
+        );
+        assert_eq!(
+            s.one("borges_cluster_controller_id", &[]),
+            controller as f64
+        );
+        assert_eq!(s.one("borges_cluster_member", &[]), 1.0);
+        assert_eq!(
+            s.one("borges_cluster_brokers", &[("state", "running")]),
+            3.0
+        );
+    }
+    let sum = |name: &str| scrapes.iter().map(|s| s.one(name, &[])).sum::<f64>();
+    assert_eq!(sum("borges_partitions_offline"), 0.0);
+    assert_eq!(sum("borges_partitions_under_replicated"), under);
 }

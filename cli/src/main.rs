@@ -25,6 +25,8 @@ const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The broker's errors may span lines (a config file error as toml renders it).
+    let multiline = matches!(cli.command, Command::Broker(_));
     let result = match cli.command {
         // The broker runs its own thread-per-core executors and logging: no tokio runtime here.
         Command::Broker(args) => borges_broker::cli::run(args).map_err(anyhow::Error::from),
@@ -41,7 +43,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let text = format!("{e:#}").replace('\n', " ");
+            let text = format!("{e:#}");
+            let text = if multiline {
+                text
+            } else {
+                text.replace('\n', " ")
+            };
             // Standard error may be closed too; nothing more to say then.
             let _ = writeln_stderr(&format!("error: {text}"));
             if e.downcast_ref::<UsageError>().is_some() {

@@ -82,6 +82,14 @@ impl ClusterNode {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The metrics endpoint (an ephemeral port, from the ready file).
+    pub fn metrics_addr(&self) -> String {
+        self.ready["metrics"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// `127.0.0.1:<port>` of the controller link.
     pub fn controller_addr(&self) -> String {
         format!("127.0.0.1:{}", self.controller_port)
@@ -235,7 +243,7 @@ impl Cluster {
             .arg("--core-port-base")
             .arg("0")
             .arg("--metrics-listen")
-            .arg("")
+            .arg("127.0.0.1:0")
             .arg("--cores")
             .arg(self.options.cores.to_string())
             .arg("--controller-listen")

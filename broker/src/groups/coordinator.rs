@@ -258,7 +258,7 @@ impl Coordinator {
                         cause: source,
                     })?;
             self.loaded.borrow_mut().insert(p as u32);
-            tracing::info!(
+            tracing::debug!(
                 core = self.core,
                 partition = p,
                 records,

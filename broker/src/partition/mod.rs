@@ -87,9 +87,9 @@ impl Partition {
         let limits = idempotence::producer_limits(settings);
         let (producers, rebuilt) = producer_replay::rebuild(&log, limits).await?;
         if rebuilt.batches_replayed > 0 || rebuilt.snapshot_offset.is_none() {
-            tracing::info!(
+            tracing::debug!(
                 partition = %id,
-                snapshot = ?rebuilt.snapshot_offset,
+                snapshot_offset = rebuilt.snapshot_offset.unwrap_or(-1),
                 batches_replayed = rebuilt.batches_replayed,
                 producers = producers.len(),
                 "producer state rebuilt"
