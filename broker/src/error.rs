@@ -36,7 +36,11 @@ pub enum BrokerError {
         cause: std::io::Error,
     },
     /// Another broker holds the data directory's lock.
-    #[error("data directory {} is in use by another broker (cannot lock {})", dir.display(), lock.display())]
+    #[error(
+        "data directory {} is in use by another broker (cannot lock {})",
+        dir.display(),
+        lock.display()
+    )]
     DataDirInUse {
         /// The data directory.
         dir: std::path::PathBuf,
