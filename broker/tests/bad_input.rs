@@ -349,20 +349,23 @@ fn a_second_broker_on_the_same_listen_address_is_refused() {
 
 #[test]
 fn a_metrics_address_on_a_core_port_is_refused() {
-    let port = borges_testkit::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    // The first per-core port is the listen port + 1 by default.
-    let metrics = format!("127.0.0.1:{}", port + 1);
+    let listen = format!("127.0.0.1:{}", borges_testkit::free_port());
+    // Core 0's port is the base; both ports are the test's own (listen port + 1, the
+    // default, may be another test's: the metrics endpoint is bound first and would hold it).
+    let base = borges_testkit::free_port();
+    let metrics = format!("127.0.0.1:{base}");
     let stderr = start_refused(&[
         "--cores",
         "1",
         "--listen",
         &listen,
+        "--core-port-base",
+        &base.to_string(),
         "--metrics-listen",
         &metrics,
     ]);
     assert!(
-        stderr.contains(&format!("127.0.0.1:{}", port + 1)) && stderr.contains("in use"),
+        stderr.contains(&format!("127.0.0.1:{base}")) && stderr.contains("in use"),
         "{stderr}"
     );
 }
