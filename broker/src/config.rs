@@ -119,8 +119,6 @@ pub struct MetricsSettings {
     /// Series per family at most; beyond it the rest (in label order) are left out and
     /// counted in `borges_metrics_series_omitted{family}`.
     pub series_per_family_max: u32,
-    /// Connections to the endpoint served at once; more are answered 503 and closed.
-    pub connections_max: u32,
 }
 
 impl Default for MetricsSettings {
@@ -128,7 +126,6 @@ impl Default for MetricsSettings {
         MetricsSettings {
             partition_series: true,
             series_per_family_max: 10_000,
-            connections_max: 16,
         }
     }
 }
@@ -682,9 +679,9 @@ impl BrokerConfig {
 
     /// The producer limits, the `storage.cleaner_*` limits and the `[metrics]` ones.
     fn check_cleaner(&self) -> Result<(), BrokerError> {
-        if self.metrics.series_per_family_max == 0 || self.metrics.connections_max == 0 {
+        if self.metrics.series_per_family_max == 0 {
             return Err(BrokerError::Config(
-                "metrics.series_per_family_max and metrics.connections_max must be positive".into(),
+                "metrics.series_per_family_max must be positive".into(),
             ));
         }
         self.producers.validate().map_err(BrokerError::Config)?;

@@ -3,7 +3,8 @@
 //! failed or a core does not answer) and `/readyz` (readiness: 503 while starting, shutting
 //! down, with a read-only or failed log directory, or without a known controller). Requests
 //! are parsed with `httparse`; one request per connection, at most
-//! `metrics.connections_max` connections at once.
+//! [`METRICS_CONNECTIONS_MAX`] connections at once (their descriptors are reserved in the
+//! descriptor plan); more are closed at once.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use borges_runtime::net::{TcpListener, TcpStream};
 use borges_runtime::{task, time};
 
+use crate::descriptors::METRICS_CONNECTIONS_MAX;
 use crate::error::BrokerError;
 use crate::lifecycle::CoreHealth;
 use crate::metrics::MetricsOptions;
@@ -46,8 +48,7 @@ pub fn start(shard: &Rc<Shard>) -> Result<Option<SocketAddr>, BrokerError> {
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
     let lifecycle = shard.lifecycle().clone();
-    let open = Rc::new(Cell::new(0u32));
-    let open_max = shard.config().metrics.connections_max;
+    let open = Rc::new(Cell::new(0u64));
     loop {
         let seen = lifecycle.shutdown().generation();
         if lifecycle.is_shutting_down() {
@@ -60,13 +61,8 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         .await;
         match accepted {
             None => return,
-            Some(Ok(mut stream)) if open.get() >= open_max => {
-                let body = "too many connections to the metrics endpoint\n";
-                task::spawn(async move {
-                    let _ = respond(&mut stream, 503, "text/plain", body, false).await;
-                })
-                .detach();
-            }
+            // Over the limit the connection is closed at once (dropped).
+            Some(Ok(_)) if open.get() >= METRICS_CONNECTIONS_MAX => {}
             Some(Ok(stream)) => {
                 open.set(open.get() + 1);
                 let (shard, open) = (shard.clone(), open.clone());
@@ -177,7 +173,8 @@ async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         "/readyz" => {
             let health = shard.gather_health().await;
             let mut problems = liveness(&health, shard.cores());
-            problems.extend(readiness(&shard, &health));
+            let controller_known = shard.cluster_handle().map(|c| c.controller_id().is_some());
+            problems.extend(readiness(&health, controller_known));
             health_response(&problems)
         }
         _ => (
@@ -212,8 +209,9 @@ fn liveness(health: &[CoreHealth], cores: usize) -> Vec<String> {
     problems
 }
 
-/// What keeps the broker from taking traffic now (it may pass by itself).
-fn readiness(shard: &Shard, health: &[CoreHealth]) -> Vec<String> {
+/// What keeps the broker from taking traffic now (it may pass by itself); `controller_known`
+/// is `None` on a single node.
+fn readiness(health: &[CoreHealth], controller_known: Option<bool>) -> Vec<String> {
     let mut problems = Vec::new();
     for h in health {
         if h.shutting_down {
@@ -226,10 +224,8 @@ fn readiness(shard: &Shard, health: &[CoreHealth]) -> Vec<String> {
             problems.push(format!("core {}: log directory read-only: {why}", h.core));
         }
     }
-    if let Some(cluster) = shard.cluster_handle() {
-        if cluster.controller_id().is_none() {
-            problems.push("no active controller known".to_string());
-        }
+    if controller_known == Some(false) {
+        problems.push("no active controller known".to_string());
     }
     problems
 }
@@ -283,6 +279,45 @@ async fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn core(core: usize, state: &'static str, serving: bool) -> CoreHealth {
+        CoreHealth {
+            core,
+            log_dir_state: state,
+            log_dir_reason: (state != "writable").then(|| "fdatasync failed: EIO".to_string()),
+            serving,
+            shutting_down: false,
+        }
+    }
+
+    #[test]
+    fn health_follows_the_log_directories_and_the_cores() {
+        let fine = [core(0, "writable", true), core(1, "writable", true)];
+        assert!(liveness(&fine, 2).is_empty() && readiness(&fine, None).is_empty());
+        let failed = [core(0, "writable", true), core(1, "failed", true)];
+        assert_eq!(
+            liveness(&failed, 2),
+            ["core 1: log directory failed: fdatasync failed: EIO"]
+        );
+        let full = [core(0, "read_only", true)];
+        assert!(
+            liveness(&full, 1).is_empty(),
+            "a full disk needs no restart"
+        );
+        assert_eq!(readiness(&full, None).len(), 1);
+        assert_eq!(liveness(&fine[..1], 2), ["1 of 2 cores answered"]);
+        let starting = [core(0, "writable", false)];
+        assert!(
+            liveness(&starting, 2).is_empty(),
+            "cores busy starting are not a fault"
+        );
+        assert_eq!(readiness(&starting, None), ["core 0: starting"]);
+        assert_eq!(
+            readiness(&fine, Some(false)),
+            ["no active controller known"]
+        );
+        assert!(readiness(&fine, Some(true)).is_empty());
+    }
 
     #[test]
     fn requests_are_parsed_whole_or_refused() {
