@@ -575,7 +575,7 @@ fn metric_names_are_found_in_expressions() {
 fn a_cluster_has_one_active_controller_and_a_leader_for_every_partition() {
     use borges_broker::metadata::BrokerState;
     let mut c = Cluster::start(3);
-    let controller = c.wait_for_controller();
+    c.wait_for_controller();
     c.wait_for_every_node("three running brokers", |i| {
         i.brokers.len() == 3 && i.brokers.values().all(|b| b.state == BrokerState::Running)
     });
@@ -596,25 +596,8 @@ fn a_cluster_has_one_active_controller_and_a_leader_for_every_partition() {
     let all = || images[0].topics.values().flat_map(|t| &t.partitions);
     let partitions = all().count() as f64;
     let under = all().filter(|p| p.isr.len() < p.replicas.len()).count() as f64;
-    // Polls until every broker's metrics follow the image (no timing asserted).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let scrapes = loop {
-        let scrapes: Vec<Scrape> = (1..=3)
-            .map(|id| parse(&get(&c.node(id).metrics_addr(), "/metrics").2))
-            .collect();
-        let leaders: f64 = scrapes
-            .iter()
-            .map(|s| s.one("borges_partitions_leader", &[]))
-            .sum();
-        if leaders == partitions {
-            break scrapes;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{leaders} leaders for {partitions}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let scrapes = scrape_agreed(&mut c, partitions);
+    let controller = scrapes[0].one("borges_cluster_controller_id", &[]) as u64;
     for (i, s) in scrapes.iter().enumerate() {
         check_shape(s);
         let active = s.one("borges_cluster_active_controller", &[]);
@@ -637,4 +620,34 @@ fn a_cluster_has_one_active_controller_and_a_leader_for_every_partition() {
     let sum = |name: &str| scrapes.iter().map(|s| s.one(name, &[])).sum::<f64>();
     assert_eq!(sum("borges_partitions_offline"), 0.0);
     assert_eq!(sum("borges_partitions_under_replicated"), under);
+}
+
+/// Every node's scrape once they lead `partitions` in all and name one controller.
+fn scrape_agreed(c: &mut Cluster, partitions: f64) -> Vec<Scrape> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let scrapes: Vec<Scrape> = (1..=3)
+            .map(|id| parse(&get(&c.node(id).metrics_addr(), "/metrics").2))
+            .collect();
+        let leaders: f64 = scrapes
+            .iter()
+            .map(|s| s.one("borges_partitions_leader", &[]))
+            .sum();
+        // Polls (no timing asserted) until the metrics follow the image and, as an election
+        // may move the controller under load, every node names the same controller.
+        let ids: Vec<f64> = scrapes
+            .iter()
+            .map(|s| s.one("borges_cluster_controller_id", &[]))
+            .collect();
+        let agreed = ids.iter().all(|id| *id == ids[0] && *id > 0.0);
+        if leaders == partitions && agreed {
+            return scrapes;
+        }
+        let now = std::time::Instant::now();
+        assert!(
+            now < deadline,
+            "{leaders} leaders for {partitions}, controllers {ids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
