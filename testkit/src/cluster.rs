@@ -317,23 +317,7 @@ impl Cluster {
     /// SIGTERM node `id`, waiting up to `timeout` for its exit.
     pub fn terminate(&mut self, id: u64, timeout: Duration) -> Option<ExitStatus> {
         let node = self.node(id);
-        let mut child = node.child.take()?;
-        // SAFETY: a signal to our own child process.
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::terminate_child(node.child.take()?, timeout)
     }
 
     /// Starts node `id` again (killing it first if it runs) and waits until it serves.

@@ -43,6 +43,27 @@ pub fn borges_bin() -> PathBuf {
     bin
 }
 
+/// SIGTERM `child`, then wait up to `timeout` for it to exit; kills it and returns `None` if it
+/// does not (shared by single brokers and cluster nodes).
+pub(crate) fn terminate_child(mut child: Child, timeout: Duration) -> Option<ExitStatus> {
+    // SAFETY: sending a signal to our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Options for a test broker.
 #[derive(Debug, Clone)]
 pub struct BrokerOptions {
@@ -267,23 +288,7 @@ impl BrokerProcess {
     /// SIGTERM, then wait up to `timeout` for a clean exit. Returns the exit status, or `None`
     /// if it had to be killed.
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        // SAFETY: sending a signal to our own child process.
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        terminate_child(self.child.take()?, timeout)
     }
 
     /// Starts the broker again on the same data directory and ports (after `kill9` or
