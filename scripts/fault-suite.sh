@@ -28,7 +28,8 @@
 # bridge this script creates; links are cut with nftables rules inside the namespaces (no tc).
 # Only addresses of these namespaces are used. Everything is removed on exit, failure and
 # interrupt included. Without root (or with FAULT_SUITE_NETNS=0) the brokers run on loopback
-# and the network faults are skipped with a message (exit 0).
+# and the network faults are skipped with a `SKIPPED:` line (exit 0), unless
+# BORGES_REQUIRE_NETNS=1 (CI sets it): then that is a failure (exit 2).
 #
 # --min-insync N sets the topic's min.insync.replicas (default 2; 1 lets a leader alone
 # acknowledge acks=all writes, which is how the suite shows what an unreplicated leader loses).
@@ -38,6 +39,8 @@
 # If they are not: `run` (default) judges the run anyway (with --min-insync 1 it finds the
 # acknowledged writes an unreplicated leader loses), `skip` skips it (exit 0), `leader-only`
 # runs it with min.insync.replicas=1 and without comparing replica logs (the leaders alone).
+# BORGES_REQUIRE_REPLICATED=1 (CI sets it) makes unfed followers a failure (exit 2) under
+# `skip` and `leader-only`.
 #
 # Binaries: target/debug (borges, borges-checker, borges-fault-driver) or $FAULT_SUITE_BIN_DIR;
 # build them with `cargo build --workspace --bins`.
@@ -104,7 +107,9 @@ netns_problem() {
 NETNS_PROBLEM="$(netns_problem)"
 if [[ -z "$NETNS_PROBLEM" ]]; then MODE=netns; else MODE=loopback; fi
 if [[ " $NET_FAULTS " == *" $FAULT "* && "$MODE" != netns ]]; then
-  say "SKIP --fault $FAULT cuts network links and needs network namespaces: $NETNS_PROBLEM"
+  [[ "${BORGES_REQUIRE_NETNS:-0}" == 1 ]] &&
+    die "--fault $FAULT needs network namespaces: $NETNS_PROBLEM (BORGES_REQUIRE_NETNS=1)"
+  say "SKIPPED: --fault $FAULT cuts network links and needs network namespaces: $NETNS_PROBLEM (set BORGES_REQUIRE_NETNS=1 to make this a failure)"
   exit 0
 fi
 
@@ -288,16 +293,19 @@ one_round() {   # one fault of kind $1, injected and healed
       if [[ "$kind" == partition-leader ]]; then target="$(leader_of)"; else target="$(rand 1 3)"; fi
       [[ "$target" =~ ^[1-3]$ ]] || { say "round $ROUND: no leader"; sleep 1; return; }
       local others=(); for p in 1 2 3; do [[ "$p" == "$target" ]] || others+=("$p"); done
+      # Recorded once the rules are in place (nft takes tens of ms to start): the failover
+      # time then counts from the cut itself, not from sends the leader completed before it.
+      cut "$target" "${others[@]}"
       fault_event start --id "$id" --fault "$kind" --target "node $target | ${others[*]}"
-      cut "$target" "${others[@]}"; say "round $ROUND: node $target cut from ${others[*]}"
+      say "round $ROUND: node $target cut from ${others[*]}"
       hold "$(rand 5 15)"
       heal_net
       fault_event end --id "$id" ;;
     bridge)
       local middle ends=(); middle="$(rand 1 3)"
       for p in 1 2 3; do [[ "$p" == "$middle" ]] || ends+=("$p"); done
-      fault_event start --id "$id" --fault "$kind" --target "${ends[0]}-$middle-${ends[1]}"
       cut "${ends[0]}" "${ends[1]}"; cut "${ends[1]}" "${ends[0]}"
+      fault_event start --id "$id" --fault "$kind" --target "${ends[0]}-$middle-${ends[1]}"
       say "round $ROUND: bridge ${ends[0]}-$middle-${ends[1]} (${ends[0]}-${ends[1]} cut)"
       hold "$(rand 5 15)"
       heal_net
@@ -354,8 +362,11 @@ then :; else
   REPLICATED=0
 fi
 say "$PROBE"
+if [[ "$REPLICATED" == 0 && "$IF_UNREPLICATED" != run && "${BORGES_REQUIRE_REPLICATED:-0}" == 1 ]]; then
+  die "followers are not fed (the replication probe), and BORGES_REQUIRE_REPLICATED=1 makes --if-unreplicated $IF_UNREPLICATED a failure"
+fi
 if [[ "$REPLICATED" == 0 && "$IF_UNREPLICATED" == skip ]]; then
-  say "SKIP --fault $FAULT: followers are not fed yet (partition replication, issue 14)"
+  say "SKIPPED: --fault $FAULT: followers are not fed (the replication probe; set BORGES_REQUIRE_REPLICATED=1 to make this a failure)"
   cleanup; rm -rf "$RUN"; exit 0
 fi
 if [[ "$REPLICATED" == 0 && "$IF_UNREPLICATED" == leader-only ]]; then

@@ -11,7 +11,7 @@ use crate::config::BrokerConfig;
 /// Arguments of `borges broker`.
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Examples:\n  borges broker\n  borges broker --data-dir /var/lib/borges --listen 0.0.0.0:9292 --cores 8\n  borges broker --config borges.toml\n  borges broker --node-id 1 --data-dir n1 --listen 127.0.0.1:9292 --controller-listen 127.0.0.1:9393 --controller-voters 1@127.0.0.1:9393,2@127.0.0.1:9493,3@127.0.0.1:9593\n\nEvery setting, its default and its unit are listed in docs/operations.md."
+    after_help = "Examples:\n  borges broker\n  borges broker --data-dir /var/lib/borges --listen 0.0.0.0:9292 --cores 8\n  borges broker --config borges.toml\n  borges broker --tls-cert broker.pem --tls-key broker.key [--tls-client-ca clients-ca.pem]\n  borges broker --sasl-enabled-mechanisms SCRAM-SHA-256,SCRAM-SHA-512\n  borges broker --node-id 1 --data-dir n1 --listen 127.0.0.1:9292 --controller-listen 127.0.0.1:9393 --controller-voters 1@127.0.0.1:9393,2@127.0.0.1:9493,3@127.0.0.1:9593\n\nEvery setting, its default and its unit are listed in docs/operations.md."
 )]
 pub struct BrokerArgs {
     /// TOML configuration file (see docs/operations.md).
@@ -56,6 +56,32 @@ pub struct BrokerArgs {
         value_name = "ID@HOST:PORT,..."
     )]
     pub controller_voters: Option<String>,
+    /// TLS certificate chain (PEM) of the client listeners (`tls.cert_file`); with the key
+    /// it turns TLS on. Taken from the global `--tls-cert` of the `borges` command.
+    #[arg(skip)]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of the certificate (`tls.key_file`); the global `--tls-key`.
+    #[arg(skip)]
+    pub tls_key: Option<PathBuf>,
+    /// CAs (PEM) this broker trusts when it connects to other brokers (`tls.ca_file`); the
+    /// global `--tls-ca`.
+    #[arg(skip)]
+    pub tls_ca: Option<PathBuf>,
+    /// Require client certificates signed by these CAs (PEM): mTLS (`tls.client_ca_file`).
+    #[arg(long, env = "BORGES_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// SASL mechanisms every client listener requires (`sasl.mechanisms`), comma-separated:
+    /// SCRAM-SHA-256, SCRAM-SHA-512.
+    #[arg(
+        long,
+        env = "BORGES_SASL_ENABLED_MECHANISMS",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub sasl_enabled_mechanisms: Option<Vec<String>>,
+    /// The SCRAM credentials file (`sasl.credentials_file`; `borges user create` writes it).
+    #[arg(long, env = "BORGES_SASL_CREDENTIALS_FILE", value_name = "FILE")]
+    pub sasl_credentials_file: Option<PathBuf>,
     /// Write a JSON file with the bound addresses once every core serves.
     #[arg(long, value_name = "FILE")]
     pub ready_file: Option<PathBuf>,
@@ -98,6 +124,24 @@ impl BrokerArgs {
         }
         if let Some(v) = &self.ready_file {
             config.ready_file = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_cert {
+            config.tls.cert_file = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_key {
+            config.tls.key_file = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_client_ca {
+            config.tls.client_ca_file = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_ca {
+            config.tls.ca_file = Some(v.clone());
+        }
+        if let Some(v) = &self.sasl_enabled_mechanisms {
+            config.sasl.mechanisms = v.clone();
+        }
+        if let Some(v) = &self.sasl_credentials_file {
+            config.sasl.credentials_file = Some(v.clone());
         }
         if let Some(v) = &self.controller_listen {
             config.cluster.controller_listen = Some(v.clone());

@@ -9,12 +9,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use borges_protocol::ErrorCode;
 use borges_replication::cluster::ChangeReply;
+use borges_replication::controller::{ControllerCluster, LocalFuture};
 use borges_replication::link::LinkError;
 use borges_replication::member::{ClusterMember, Heartbeat, MemberConfig};
 use borges_replication::network::RaftTuning;
@@ -59,6 +60,9 @@ pub struct ClusterHandle {
     images: watch::Receiver<Arc<MetadataImage>>,
     /// The metadata revision each core has applied.
     applied: Box<[AtomicU64]>,
+    /// Partitions each core is repairing from their leader (`partition::repair`): while any
+    /// is, this broker asks to stay fenced.
+    repairing: Box<[AtomicUsize]>,
     /// The Raft leader (active controller) as this node last saw it; -1 for none.
     controller_id: AtomicI64,
     /// This broker's node id.
@@ -139,6 +143,33 @@ impl ClusterHandle {
             .unwrap_or(0)
     }
 
+    /// Core `core` repairs `count` partitions from their leaders.
+    pub fn set_repairing(&self, core: usize, count: usize) {
+        if let Some(r) = self.repairing.get(core) {
+            r.store(count, Ordering::SeqCst);
+        }
+    }
+
+    /// Partitions under repair on this broker.
+    pub fn repairing(&self) -> usize {
+        self.repairing
+            .iter()
+            .map(|r| r.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// What heartbeats report as applied: the revision every core applied, or 0 while a
+    /// partition is under repair (Kafka's `wantFence`): the controller unfences a broker only
+    /// once it reports the revision of its registration, so a broker that repairs a replica
+    /// neither leads nor joins an ISR until the repair ends.
+    pub fn applied_for_heartbeat(&self) -> u64 {
+        if self.repairing() > 0 {
+            0
+        } else {
+            self.applied()
+        }
+    }
+
     /// Waits until every core has applied `revision`; false after `timeout`.
     pub async fn wait_applied(&self, revision: u64, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
@@ -193,9 +224,13 @@ pub fn advertised_host(config: &BrokerConfig) -> String {
 
 /// Start-up: checks the data directory (see [`check_data_dir`]) and, for a cluster member,
 /// starts its Raft executor thread.
-pub fn prepare(config: &BrokerConfig, cores: usize) -> Result<Option<ClusterThread>, BrokerError> {
+pub fn prepare(
+    config: &BrokerConfig,
+    cores: usize,
+    tls: Option<Arc<borges_runtime::tls::TlsContext>>,
+) -> Result<Option<ClusterThread>, BrokerError> {
     match check_data_dir(config)? {
-        Some(cluster_id) => start(config, cluster_id, cores).map(Some),
+        Some(cluster_id) => start(config, cluster_id, cores, tls).map(Some),
         None => Ok(None),
     }
 }
@@ -234,33 +269,37 @@ pub fn registration(
     }
 }
 
-/// Producer-id blocks reserved through the metadata log (Kafka's AllocateProducerIds), so
-/// every broker of the cluster hands out ids no other broker does. Lives on the controller
-/// core.
-pub struct ClusterProducerIds(pub Arc<ClusterHandle>);
+impl ControllerCluster for ClusterHandle {
+    fn node_id(&self) -> i32 {
+        self.node_id
+    }
 
-impl crate::producer_ids::ProducerIdBlocks for ClusterProducerIds {
-    fn reserve(
-        &self,
-        size: i64,
-    ) -> crate::producer_ids::LocalFuture<'_, Result<std::ops::Range<i64>, Failure>> {
-        Box::pin(async move {
-            let change = MetadataChange::AllocateProducerIds {
-                broker: self.0.node_id,
-                size,
-            };
-            let reply = self.0.write(change).await?;
-            if let Some((code, message)) = reply.error {
-                return Err(Failure::new(ErrorCode::from_u16(code), message));
-            }
-            let start = reply.block_start.ok_or_else(|| {
-                Failure::new(
-                    ErrorCode::UnknownServerError,
-                    "no producer-id block in the reply",
-                )
-            })?;
-            Ok(start..start + size)
-        })
+    fn latest(&self) -> Arc<MetadataImage> {
+        ClusterHandle::latest(self)
+    }
+
+    fn write(&self, change: MetadataChange) -> LocalFuture<'_, Result<ChangeReply, Failure>> {
+        Box::pin(ClusterHandle::write(self, change))
+    }
+
+    fn wait_applied(&self, revision: u64, timeout: Duration) -> LocalFuture<'_, bool> {
+        Box::pin(ClusterHandle::wait_applied(self, revision, timeout))
+    }
+
+    fn request_timeout(&self) -> Duration {
+        ClusterHandle::request_timeout(self)
+    }
+
+    fn voters(&self) -> usize {
+        self.settings.controller_voters.len()
+    }
+
+    fn default_replication_factor(&self) -> i16 {
+        self.settings.default_replication_factor
+    }
+
+    fn offsets_topic_replication_factor(&self) -> i16 {
+        self.settings.offsets_topic_replication_factor
     }
 }
 
@@ -280,7 +319,11 @@ impl ClusterThread {
     }
 }
 
-fn member_config(config: &BrokerConfig, cluster_id: &str) -> Result<MemberConfig, BrokerError> {
+fn member_config(
+    config: &BrokerConfig,
+    cluster_id: &str,
+    tls: Option<Arc<borges_runtime::tls::TlsContext>>,
+) -> Result<MemberConfig, BrokerError> {
     let c = &config.cluster;
     let voters = c.voters().map_err(BrokerError::Config)?;
     let listen = c
@@ -306,12 +349,18 @@ fn member_config(config: &BrokerConfig, cluster_id: &str) -> Result<MemberConfig
             advertised,
             voters,
             tuning,
-            link: Default::default(),
+            link: borges_replication::link::LinkLimits {
+                tls,
+                ..Default::default()
+            },
             disk: Default::default(),
         },
         heartbeat_interval_ms: c.heartbeat_interval_ms,
         session_timeout_ms: c.session_timeout_ms,
         request_timeout_ms: c.controller_request_timeout_ms,
+        leader_rebalance_interval_ms: c
+            .auto_leader_rebalance_enable
+            .then_some(c.leader_imbalance_check_interval_ms),
     })
 }
 
@@ -321,14 +370,16 @@ pub fn start(
     config: &BrokerConfig,
     cluster_id: String,
     cores: usize,
+    tls: Option<Arc<borges_runtime::tls::TlsContext>>,
 ) -> Result<ClusterThread, BrokerError> {
-    let member = member_config(config, &cluster_id)?;
+    let member = member_config(config, &cluster_id, tls)?;
     let (image_tx, images) = watch::channel(Arc::new(MetadataImage::default()));
     let (requests, requests_rx) = mpsc::channel(CLUSTER_REQUESTS_QUEUED_MAX);
     let handle = Arc::new(ClusterHandle {
         requests,
         images,
         applied: (0..cores).map(|_| AtomicU64::new(0)).collect(),
+        repairing: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
         controller_id: AtomicI64::new(-1),
         node_id: config.broker_id,
         cluster_id,
@@ -482,7 +533,7 @@ async fn heartbeats(member: Rc<ClusterMember>, session: Rc<Session>, handle: Arc
         let hb = Heartbeat {
             id: handle.node_id,
             epoch: session.epoch.get(),
-            applied: handle.applied(),
+            applied: handle.applied_for_heartbeat(),
         };
         match member.heartbeat(&hb, period * 2).await {
             Ok(_) => {}

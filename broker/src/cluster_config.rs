@@ -47,6 +47,12 @@ pub struct ClusterSettings {
     /// A follower's pause after an error or an unknown leader epoch
     /// (`replica.fetch.backoff.ms`).
     pub replica_fetch_backoff_ms: u64,
+    /// The active controller gives partitions their preferred (first) replica back as leader
+    /// once it runs and is in the ISR again (`auto.leader.rebalance.enable`).
+    pub auto_leader_rebalance_enable: bool,
+    /// How often the active controller looks for partitions not led by their preferred
+    /// replica (`leader.imbalance.check.interval.seconds`, in ms).
+    pub leader_imbalance_check_interval_ms: u64,
 }
 
 impl Default for ClusterSettings {
@@ -67,6 +73,8 @@ impl Default for ClusterSettings {
             replica_fetch_wait_max_ms: 500,
             replica_fetch_bytes_max: 1024 * 1024,
             replica_fetch_backoff_ms: 100,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
         }
     }
 }

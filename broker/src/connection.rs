@@ -14,9 +14,9 @@ use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
-use borges_protocol::frame::{FrameHeader, FRAME_HEADER_SIZE_BYTES};
+use borges_protocol::frame::{Frame, FrameHeader, FRAME_HEADER_SIZE_BYTES};
 use borges_protocol::ErrorCode;
-use borges_runtime::net::TcpStream;
+use borges_runtime::net::{Accepted, TcpStream};
 use borges_runtime::sync::Notify;
 use borges_runtime::task;
 use borges_runtime::time;
@@ -26,6 +26,7 @@ use crate::config::FetchSendMode;
 use crate::dispatch::ResponseTask;
 use crate::failure::Failure;
 use crate::frame_reader::{FrameReader, ReadStop};
+use crate::request_memory::MemoryPermit;
 use crate::shard::Shard;
 use crate::types::SendChunk;
 use crate::wire::{self, Response};
@@ -130,6 +131,9 @@ enum CloseReason {
     /// A response ended the connection (see `Response::close_after`); it lingers too.
     #[error("ended by a response")]
     Ended,
+    /// SASL on, and not authenticated within `sasl.authentication_timeout_ms`.
+    #[error("not authenticated within sasl.authentication_timeout_ms ({0} ms)")]
+    Unauthenticated(u64),
 }
 
 impl From<ReadStop> for CloseReason {
@@ -153,6 +157,13 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         Ok(guard) => guard,
         Err(refusal) => return refuse(shard, stream, refusal).await,
     };
+    let stream = match shard.tls() {
+        None => stream,
+        Some(tls) => match handshake(&shard, stream, &tls, &peer).await {
+            Some(stream) => stream,
+            None => return,
+        },
+    };
     let writer_stream = match stream.try_clone() {
         Ok(s) => s,
         Err(e) => {
@@ -174,12 +185,65 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let writer = task::spawn(write_loop(shard.clone(), writer_stream, in_flight.clone()));
     let peer_host: Rc<str> = Rc::from(peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h));
     let mut stream = stream;
-    let reason = read_loop(&shard, &mut stream, &in_flight, &peer_host).await;
+    let mut auth = shard.sasl().map(crate::sasl::Authenticator::new);
+    let reason = read_loop(&shard, &mut stream, &in_flight, &peer_host, &mut auth).await;
     tracing::debug!(%peer, "closing connection: {reason}");
     in_flight.close();
     writer.await;
     if matches!(reason, CloseReason::Refused(_) | CloseReason::Ended) {
         linger(&mut stream).await;
+    }
+}
+
+/// Runs the TLS handshake of an accepted connection within `tls.handshake_timeout_ms`. A
+/// plaintext client is answered `TlsRequired` in plaintext and closed; a failed handshake
+/// (rustls sent the peer an alert saying why) is counted and logged.
+async fn handshake(
+    shard: &Rc<Shard>,
+    stream: TcpStream,
+    tls: &borges_runtime::tls::TlsContext,
+    peer: &str,
+) -> Option<TcpStream> {
+    let timeout_ms = shard.config().tls.handshake_timeout_ms;
+    let metrics = shard.metrics();
+    let accepted = time::timeout(
+        Duration::from_millis(timeout_ms),
+        stream.accept_tls(tls.server()),
+    )
+    .await;
+    match accepted {
+        Some(Ok(Accepted::Tls(stream))) => {
+            count(&metrics.tls_handshakes);
+            match stream.tls_peer_subject() {
+                Some(principal) => tracing::debug!(%peer, %principal, "TLS connection"),
+                None => tracing::debug!(%peer, "TLS connection"),
+            }
+            Some(stream)
+        }
+        Some(Ok(Accepted::Plaintext { stream, head })) => {
+            count(&metrics.tls_plaintext_refused);
+            tracing::debug!(%peer, "plaintext bytes on a TLS listener: answered TlsRequired");
+            let refusal = Failure::new(
+                ErrorCode::TlsRequired,
+                "this listener requires TLS: connect with TLS (borges --tls-ca FILE, \
+                 ClientConfig::tls)",
+            );
+            refuse_after(shard.clone(), stream, refusal, head).await;
+            None
+        }
+        Some(Err(e)) => {
+            count(&metrics.tls_handshake_failures);
+            tracing::debug!(%peer, "TLS handshake failed: {e}");
+            None
+        }
+        None => {
+            count(&metrics.tls_handshake_failures);
+            tracing::debug!(
+                %peer,
+                "TLS handshake not done within tls.handshake_timeout_ms ({timeout_ms} ms)"
+            );
+            None
+        }
     }
 }
 
@@ -213,14 +277,20 @@ const REFUSAL_HEADER_WAIT_MS_MAX: u64 = 1_000;
 /// Answers the first request of a connection that cannot be served (over `connections_max`,
 /// or no descriptor for it) with an ErrorResponse carrying `refusal`, then closes it. A peer
 /// that sends no header within [`REFUSAL_HEADER_WAIT_MS_MAX`] is closed without an answer.
-pub async fn refuse(shard: Rc<Shard>, mut stream: TcpStream, refusal: Failure) {
+pub async fn refuse(shard: Rc<Shard>, stream: TcpStream, refusal: Failure) {
+    refuse_after(shard, stream, refusal, Vec::new()).await
+}
+
+/// [`refuse`] for a connection whose first bytes (`head`) were read already.
+async fn refuse_after(shard: Rc<Shard>, mut stream: TcpStream, refusal: Failure, read: Vec<u8>) {
     let _refusing = shard.admission().refusing();
     let wait = Duration::from_millis(
         REFUSAL_HEADER_WAIT_MS_MAX.min(shard.config().limits.frame_read_timeout_ms),
     );
     let deadline = time::Instant::now() + wait;
     let mut head = [0u8; FRAME_HEADER_SIZE_BYTES];
-    let mut got = 0;
+    let mut got = read.len().min(head.len());
+    head[..got].copy_from_slice(&read[..got]);
     while got < head.len() {
         let left = deadline.saturating_duration_since(time::Instant::now());
         match time::timeout(left, stream.read(&mut head[got..])).await {
@@ -251,32 +321,32 @@ async fn read_loop(
     stream: &mut TcpStream,
     in_flight: &InFlight,
     peer: &Rc<str>,
+    auth: &mut Option<crate::sasl::Authenticator>,
 ) -> CloseReason {
     let limits = &shard.config().limits;
-    let idle = Duration::from_millis(limits.connection_idle_timeout_ms);
+    let idle_between_frames = Duration::from_millis(limits.connection_idle_timeout_ms);
     let memory = shard.admission().request_memory().clone();
     let mut reader = FrameReader::new(limits);
+    let sasl = &shard.config().sasl;
+    let auth_deadline = auth.as_ref().map(|_| {
+        reader.limit_until_authenticated(sasl.unauthenticated_frame_size_bytes_max);
+        time::Instant::now() + Duration::from_millis(sasl.authentication_timeout_ms)
+    });
     loop {
+        let idle = match idle_limit(shard, auth, auth_deadline, idle_between_frames) {
+            Ok(idle) => idle,
+            Err(reason) => return reason,
+        };
         if shard.lifecycle().is_shutting_down() {
             return CloseReason::ShuttingDown;
         }
         match reader.next_frame() {
             Ok(Some((frame, permit))) => {
-                borges_runtime::executor::note_activity();
-                let size_bytes = u64::from(frame.header.frame_size_bytes);
-                let permit = match permit {
-                    Some(p) => p,
-                    None => {
-                        match until_shutdown(shard, memory.take(size_bytes, size_bytes)).await {
-                            Some(p) => p,
-                            None => return CloseReason::ShuttingDown,
-                        }
-                    }
-                };
-                let correlation_id = frame.header.correlation_id;
-                let task = crate::dispatch::request(shard, frame, permit, peer).await;
-                in_flight.push(Pending::new(correlation_id, task)).await;
-                continue;
+                let handled = serve_frame(shard, auth, &mut reader, in_flight, peer, frame, permit);
+                match handled.await {
+                    Some(reason) => return reason,
+                    None => continue,
+                }
             }
             Ok(None) => {}
             Err(failure) => {
@@ -308,6 +378,111 @@ async fn read_loop(
                 return answer_and_close(in_flight, request_header(&reader.rb.buf), failure).await;
             }
             Some(Err(stop)) => return stop.into(),
+        }
+    }
+}
+
+/// Takes one whole frame: its memory, the authenticator's word (SASL on), then dispatch, or
+/// the authenticator's answer. `Some` when the connection stops.
+async fn serve_frame(
+    shard: &Rc<Shard>,
+    auth: &mut Option<crate::sasl::Authenticator>,
+    reader: &mut FrameReader,
+    in_flight: &InFlight,
+    peer: &Rc<str>,
+    frame: Frame,
+    permit: Option<MemoryPermit>,
+) -> Option<CloseReason> {
+    borges_runtime::executor::note_activity();
+    let size_bytes = u64::from(frame.header.frame_size_bytes);
+    let permit = match permit {
+        Some(p) => p,
+        None => {
+            let memory = shard.admission().request_memory().clone();
+            match until_shutdown(shard, memory.take(size_bytes, size_bytes)).await {
+                Some(p) => p,
+                None => return Some(CloseReason::ShuttingDown),
+            }
+        }
+    };
+    let correlation_id = frame.header.correlation_id;
+    let (frame, permit) = match gate(shard, auth, reader, peer, frame, permit) {
+        Ok(pass) => pass,
+        Err((response, permit)) => {
+            let close = response.close_after;
+            let task = task::spawn(async move {
+                drop(permit);
+                Some(response)
+            });
+            in_flight.push(Pending::new(correlation_id, task)).await;
+            return close.then_some(CloseReason::Ended);
+        }
+    };
+    let task = crate::dispatch::request(shard, frame, permit, peer).await;
+    in_flight.push(Pending::new(correlation_id, task)).await;
+    None
+}
+
+/// How long the reader may wait for bytes: the idle timeout, or less until the connection has
+/// authenticated (SASL on), whose deadline closes it.
+fn idle_limit(
+    shard: &Rc<Shard>,
+    auth: &Option<crate::sasl::Authenticator>,
+    auth_deadline: Option<time::Instant>,
+    idle_between_frames: Duration,
+) -> Result<Duration, CloseReason> {
+    let unauthenticated = auth.as_ref().is_some_and(|a| a.user().is_none());
+    match auth_deadline {
+        Some(deadline) if unauthenticated => {
+            let left = deadline.saturating_duration_since(time::Instant::now());
+            if left.is_zero() {
+                count(&shard.metrics().sasl_authentication_failures);
+                let timeout_ms = shard.config().sasl.authentication_timeout_ms;
+                return Err(CloseReason::Unauthenticated(timeout_ms));
+            }
+            Ok(idle_between_frames.min(left))
+        }
+        _ => Ok(idle_between_frames),
+    }
+}
+
+type Gated = Result<(Frame, MemoryPermit), (Response, MemoryPermit)>;
+
+/// Asks the connection's authenticator (SASL on) about `frame`: pass it on to dispatch, or
+/// the answer to send instead.
+fn gate(
+    shard: &Rc<Shard>,
+    auth: &mut Option<crate::sasl::Authenticator>,
+    reader: &mut FrameReader,
+    peer: &str,
+    frame: Frame,
+    permit: MemoryPermit,
+) -> Gated {
+    let Some(a) = auth.as_mut() else {
+        return Ok((frame, permit));
+    };
+    let (gate, outcome) = a.gate(&frame);
+    note_outcome(shard, peer, outcome);
+    if a.user().is_some() {
+        reader.authenticated();
+    }
+    match gate {
+        crate::sasl::Gate::Pass => Ok((frame, permit)),
+        crate::sasl::Gate::Answer(response) => Err((response, permit)),
+    }
+}
+
+/// Counts and logs what a frame did to a connection's authentication.
+fn note_outcome(shard: &Rc<Shard>, peer: &str, outcome: crate::sasl::Outcome) {
+    match outcome {
+        crate::sasl::Outcome::None => {}
+        crate::sasl::Outcome::Authenticated(user) => {
+            count(&shard.metrics().sasl_authentications);
+            tracing::debug!(%peer, principal = %format!("User:{user}"), "SASL authenticated");
+        }
+        crate::sasl::Outcome::Failed(reason) => {
+            count(&shard.metrics().sasl_authentication_failures);
+            tracing::info!(%peer, "SASL authentication failed: {reason}");
         }
     }
 }
@@ -406,12 +581,15 @@ async fn write_response(
                 length,
             } => {
                 flush_vectored(stream, &mut pending).await?;
+                // Over TLS this reads the range into memory and encrypts it.
                 stream.send_file(fd, position, length, true).await?;
                 total += length;
-                shard
-                    .metrics()
-                    .bytes_sendfile
-                    .set(shard.metrics().bytes_sendfile.get() + length);
+                if !stream.is_tls() {
+                    shard
+                        .metrics()
+                        .bytes_sendfile
+                        .set(shard.metrics().bytes_sendfile.get() + length);
+                }
             }
         }
     }

@@ -94,6 +94,8 @@ fn verify_message(api: ApiKey, message: &[u8]) -> Result<(), Failure> {
             wire::verify::<m::OffsetForLeaderEpochRequest>(message).map(drop)
         }
         ApiKey::InitProducerId => wire::verify::<m::InitProducerIdRequest>(message).map(drop),
+        ApiKey::SaslHandshake => wire::verify::<m::SaslHandshakeRequest>(message).map(drop),
+        ApiKey::SaslAuthenticate => wire::verify::<m::SaslAuthenticateRequest>(message).map(drop),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The broker's error type.
 
+use borges_replication::controller::ControllerError;
 use thiserror::Error;
 
 use crate::failure::Failure;
@@ -47,6 +48,9 @@ pub enum BrokerError {
         /// Its lock file.
         lock: std::path::PathBuf,
     },
+    /// The TLS files could not be used (unreadable PEM, a key that does not match).
+    #[error("TLS: {0}")]
+    Tls(#[from] borges_runtime::tls::TlsError),
     /// The machine lacks something the broker needs (io_uring).
     #[error("{0}")]
     Unsupported(String),
@@ -102,6 +106,18 @@ pub enum BrokerError {
     /// Several operations failed (one per core or per partition), in order.
     #[error("{}", join(.0))]
     Several(Vec<BrokerError>),
+}
+
+impl From<ControllerError> for BrokerError {
+    fn from(e: ControllerError) -> BrokerError {
+        match e {
+            ControllerError::Damaged(message) => BrokerError::Config(message),
+            ControllerError::Io { context, cause } => BrokerError::Io { context, cause },
+            ControllerError::Metadata(e) => BrokerError::Metadata(e),
+            ControllerError::Failed(f) => BrokerError::Failed(f),
+            other => BrokerError::Config(other.to_string()),
+        }
+    }
 }
 
 impl From<MetadataError> for BrokerError {

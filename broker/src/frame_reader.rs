@@ -117,6 +117,8 @@ pub struct FrameReader {
     frame_read_timeout: Duration,
     frame_size_bytes_max: u32,
     first_frame_size_bytes_max: u32,
+    /// While the connection has not authenticated (SASL on): the largest frame it may send.
+    unauthenticated_frame_size_bytes_max: Option<u32>,
 }
 
 impl FrameReader {
@@ -134,7 +136,34 @@ impl FrameReader {
             frame_read_timeout: Duration::from_millis(limits.frame_read_timeout_ms),
             frame_size_bytes_max: limits.frame_size_bytes_max,
             first_frame_size_bytes_max: first,
+            unauthenticated_frame_size_bytes_max: None,
         }
+    }
+
+    /// Until [`FrameReader::authenticated`], frames may have at most `size_bytes_max` bytes: a
+    /// larger header is refused before anything is read or allocated for its body.
+    pub fn limit_until_authenticated(&mut self, size_bytes_max: u32) {
+        strict_assert!(self.frames_read == 0 && self.rb.buf.is_empty());
+        self.unauthenticated_frame_size_bytes_max = Some(size_bytes_max);
+        self.decoder = FrameDecoder::new(self.size_bytes_max_now());
+    }
+
+    /// The connection authenticated: the configured limits apply. Call between frames.
+    pub fn authenticated(&mut self) {
+        if self.unauthenticated_frame_size_bytes_max.take().is_some() {
+            self.decoder = FrameDecoder::new(self.size_bytes_max_now());
+        }
+    }
+
+    /// The largest frame the next one may be.
+    fn size_bytes_max_now(&self) -> u32 {
+        let limit = if self.frames_read == 0 {
+            self.first_frame_size_bytes_max
+        } else {
+            self.frame_size_bytes_max
+        };
+        self.unauthenticated_frame_size_bytes_max
+            .map_or(limit, |u| u.min(limit))
     }
 
     /// Takes the next whole frame off the buffer, with the memory it holds (none when its
@@ -148,10 +177,11 @@ impl FrameReader {
         let size_bytes = frame.header.frame_size_bytes as usize;
         self.rb.consumed(size_bytes);
         self.deadline = None;
-        if self.frames_read == 0 {
-            self.decoder = FrameDecoder::new(self.frame_size_bytes_max);
-        }
+        let first = self.frames_read == 0;
         self.frames_read += 1;
+        if first {
+            self.decoder = FrameDecoder::new(self.size_bytes_max_now());
+        }
         let permit = self.permit.take();
         if let Some(p) = &permit {
             strict_assert_eq!(
@@ -167,6 +197,19 @@ impl FrameReader {
         let first_limited =
             self.frames_read == 0 && self.first_frame_size_bytes_max < self.frame_size_bytes_max;
         match error {
+            DecodeError::FrameTooLarge { size_bytes, .. }
+                if self.unauthenticated_frame_size_bytes_max.is_some() =>
+            {
+                Failure::new(
+                    ErrorCode::FrameTooLarge,
+                    format!(
+                        "before authentication a frame may have at most {} bytes \
+                         (sasl.unauthenticated_frame_size_bytes_max), this one declares \
+                         {size_bytes}",
+                        self.size_bytes_max_now()
+                    ),
+                )
+            }
             DecodeError::FrameTooLarge { size_bytes, .. } if first_limited => Failure::new(
                 ErrorCode::FrameTooLarge,
                 format!(

@@ -9,8 +9,9 @@
 //!   serving/shutdown state, its request memory, its connections and listeners, the descriptor
 //!   budget, its outboxes to the other cores.
 //! - `partition`: the partitions a core owns (append, read, long poll, offsets).
-//! - `groups`, `producer_ids`, `controller`: consumer-group coordinators, producer ids and
-//!   metadata changes (core 0).
+//! - `groups`: consumer-group coordinators. (The controller, which performs metadata changes
+//!   on core 0, and producer ids live in `borges_replication::controller`; the shard is its
+//!   `ControllerHost`.)
 //! - `shard`: one core's services and the messages between cores.
 //! - `wire`, `handlers`, `dispatch`, `frame_reader`, `connection`: requests from the wire to the
 //!   shard and back.
@@ -26,7 +27,6 @@ mod cluster;
 pub mod cluster_config;
 pub mod config;
 mod connection;
-mod controller;
 mod descriptors;
 mod dispatch;
 mod endpoint;
@@ -41,9 +41,9 @@ mod mesh;
 pub mod metadata;
 mod metrics;
 mod partition;
-mod producer_ids;
 mod replicate;
 mod request_memory;
+pub mod sasl;
 mod server;
 mod shard;
 #[cfg(test)]

@@ -54,6 +54,10 @@ pub struct FetchContext {
     pub broker_id: i32,
     /// Replication settings.
     pub settings: ClusterSettings,
+    /// TLS to the leaders' listeners, when `[tls]` is on.
+    pub tls: Option<Arc<borges_runtime::tls::TlsContext>>,
+    /// The cluster member (told when a replica's repair ends).
+    pub cluster: Option<Arc<ClusterHandle>>,
 }
 
 /// Starts a fetcher for every follower replica on this core that has none (after each
@@ -90,7 +94,16 @@ async fn follow(p: &Rc<Partition>, ctx: &FetchContext) {
         f.on_metadata(target.leader, target.leader_epoch);
         let step = match f.next(&**p, time::now_ms()) {
             FollowerStep::Fetch(position) => {
-                fetch_once(p, ctx, target, f, &mut conn, position).await
+                match fetch_once(p, ctx, target, f, &mut conn, position).await {
+                    Ok(Some(step)) => Ok(step),
+                    // The leader moved while the fetch was out: its answer (if it ever
+                    // comes) is of no use, and the connection is mid-response.
+                    Ok(None) => {
+                        conn = None;
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                }
             }
             other => Ok(other),
         };
@@ -102,7 +115,14 @@ async fn follow(p: &Rc<Partition>, ctx: &FetchContext) {
                 fetcher = None;
                 Ok(())
             }
-            Ok(step) => execute(p, target, step).await,
+            Ok(step) => {
+                let appended = matches!(step, FollowerStep::Append { .. });
+                let done = execute(p, target, step).await;
+                if done.is_ok() && appended && p.is_repairing() {
+                    finish_repair(p, ctx).await;
+                }
+                done
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = result {
@@ -113,7 +133,24 @@ async fn follow(p: &Rc<Partition>, ctx: &FetchContext) {
     }
 }
 
-/// Sends one fetch; returns what its answer asks for.
+/// Ends `p`'s repair if its log reached the leader's high watermark, and tells the cluster
+/// member how many repairs this core still runs.
+async fn finish_repair(p: &Partition, ctx: &FetchContext) {
+    match p.finish_repair_if_caught_up().await {
+        Ok(false) => {}
+        Ok(true) => {
+            if let Some(cluster) = &ctx.cluster {
+                cluster.set_repairing(p.core(), ctx.table.repairing());
+            }
+        }
+        Err(e) => tracing::warn!(partition = %p.id(), "ending the repair: {e}"),
+    }
+}
+
+/// Sends one fetch; returns what its answer asks for, or `None` when the partition stopped
+/// following `target` before the answer came (a new leader, or this broker leads now): a
+/// paused or cut-off old leader would otherwise hold the fetcher for the whole fetch wait
+/// plus grace (5.5 s by default) while the new leader waits for it to rejoin the ISR.
 async fn fetch_once(
     p: &Rc<Partition>,
     ctx: &FetchContext,
@@ -121,11 +158,11 @@ async fn fetch_once(
     fetcher: &mut FollowerFetcher,
     conn: &mut Option<LeaderConnection>,
     position: FetchPosition,
-) -> Result<FollowerStep, String> {
+) -> Result<Option<FollowerStep>, String> {
     let image = ctx.table.image();
     let addr = leader_address(&image, target)?;
     if conn.as_ref().is_none_or(|c| c.addr != addr) {
-        *conn = Some(LeaderConnection::connect(addr, &ctx.settings).await?);
+        *conn = Some(LeaderConnection::connect(addr, &ctx.settings, ctx.tls.as_deref()).await?);
     }
     let c = conn.as_mut().expect("connected above");
     let broker_epoch = image
@@ -133,9 +170,38 @@ async fn fetch_once(
         .get(&ctx.broker_id)
         .map_or(-1, |b| b.epoch as i64);
     let request = fetch_request(p, ctx, broker_epoch, &position, c.next_correlation());
-    let frame = c.round_trip(&request, &ctx.settings).await?;
+    let answered = async { Some(c.round_trip(&request, &ctx.settings).await) };
+    let moved = async {
+        target_moved(p, target).await;
+        None
+    };
+    let Some(frame) = futures_lite::future::or(answered, moved).await else {
+        tracing::debug!(partition = %p.id(), leader = target.leader,
+            "the leader changed during a replica fetch; fetching anew");
+        return Ok(None);
+    };
+    let frame = frame?;
     let answer = parse_answer(p, &frame)?;
-    Ok(fetcher.on_answer(&position, &answer.view(&frame), &**p, time::now_ms()))
+    if answer.error == ErrorCode::None && answer.diverging_epoch.is_none() {
+        p.note_leader_high_watermark(answer.high_watermark);
+    }
+    Ok(Some(fetcher.on_answer(
+        &position,
+        &answer.view(&frame),
+        &**p,
+        time::now_ms(),
+    )))
+}
+
+/// Resolves once `p` no longer follows `target`.
+async fn target_moved(p: &Partition, target: FollowTarget) {
+    loop {
+        let seen = p.role_changed().generation();
+        if p.follow_target() != Some(target) {
+            return;
+        }
+        p.role_changed().changed_since(seen).await;
+    }
 }
 
 /// Executes a step that is not a fetch.
@@ -325,12 +391,28 @@ struct LeaderConnection {
 }
 
 impl LeaderConnection {
-    async fn connect(addr: SocketAddr, s: &ClusterSettings) -> Result<Self, String> {
+    async fn connect(
+        addr: SocketAddr,
+        s: &ClusterSettings,
+        tls: Option<&borges_runtime::tls::TlsContext>,
+    ) -> Result<Self, String> {
         let connect = TcpStream::connect(addr);
-        let stream = time::timeout(Duration::from_millis(FETCH_GRACE_MS), connect)
+        let mut stream = time::timeout(Duration::from_millis(FETCH_GRACE_MS), connect)
             .await
             .ok_or_else(|| format!("connecting to {addr} timed out"))?
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        if let Some(tls) = tls {
+            let config = tls
+                .client()
+                .ok_or_else(|| format!("TLS to {addr}: no tls.ca_file to verify it with"))?;
+            let name = borges_runtime::tls::server_name(&addr.ip().to_string())
+                .map_err(|e| e.to_string())?;
+            let handshake = stream.connect_tls(config, name);
+            time::timeout(Duration::from_millis(FETCH_GRACE_MS), handshake)
+                .await
+                .ok_or_else(|| format!("TLS handshake with {addr} timed out"))?
+                .map_err(|e| format!("{addr}: {e}"))?;
+        }
         let frame_max = s
             .replica_fetch_bytes_max
             .saturating_add(FETCH_RESPONSE_OVERHEAD_BYTES_MAX);

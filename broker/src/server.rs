@@ -16,6 +16,7 @@ use borges_protocol::ErrorCode;
 use borges_runtime::channel::{self, MeshEndpoints};
 use borges_runtime::executor::{self, ExecutorConfig};
 use borges_runtime::net::TcpListener;
+use borges_runtime::tls::TlsContext;
 use borges_runtime::{task, time};
 use borges_storage::{CoreStorage, StorageConfig};
 
@@ -40,6 +41,12 @@ struct Shared {
     fatal: AtomicBool,
     /// The cluster member's handle (cluster mode).
     cluster: Option<Arc<crate::cluster::ClusterHandle>>,
+    /// TLS configurations (`[tls]` on).
+    tls: Option<Arc<TlsContext>>,
+    /// Set by SIGHUP: re-read the TLS files and the SASL credentials.
+    reload: Arc<AtomicBool>,
+    /// SASL settings and credentials (`[sasl]` on).
+    sasl: Option<Arc<crate::sasl::Sasl>>,
 }
 
 /// Starts the broker and blocks until it has shut down.
@@ -62,13 +69,21 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     let cores = cpus.len();
     plan_descriptors(&mut config, (files_before, files_after), cores)?;
     check_addresses_free(&config, cores)?;
-    let cluster = crate::cluster::prepare(&config, cores)?;
-    let shutdown = install_signal_handlers()?;
+    let tls = match config.tls.paths() {
+        Some(paths) => Some(Arc::new(TlsContext::load(paths)?)),
+        None => None,
+    };
+    let sasl = load_sasl(&config)?;
+    let cluster = crate::cluster::prepare(&config, cores, tls.clone())?;
+    let (shutdown, reload) = install_signal_handlers()?;
     let shared = Arc::new(Shared {
         config: Arc::new(config),
         shutdown,
         fatal: AtomicBool::new(false),
         cluster: cluster.as_ref().map(|c| c.handle.clone()),
+        tls,
+        reload,
+        sasl,
     });
     let runtime = &shared.config.runtime;
     let exec = ExecutorConfig {
@@ -127,8 +142,31 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
     }
 }
 
-/// SIGTERM and SIGINT set the returned flag; a second signal while shutting down exits at once.
-fn install_signal_handlers() -> Result<Arc<AtomicBool>, BrokerError> {
+/// The SASL settings and credentials, when `[sasl]` is on.
+fn load_sasl(config: &BrokerConfig) -> Result<Option<Arc<crate::sasl::Sasl>>, BrokerError> {
+    if !config.sasl.enabled() {
+        return Ok(None);
+    }
+    let sasl = crate::sasl::Sasl::load(&config.sasl, &config.data_dir)
+        .map_err(|e| BrokerError::Config(format!("SASL credentials: {e}")))?;
+    tracing::info!(
+        "SASL: {} credentials in {}",
+        sasl.users(),
+        sasl.path().display()
+    );
+    Ok(Some(Arc::new(sasl)))
+}
+
+/// SIGTERM and SIGINT set the first flag returned (a second signal while shutting down exits
+/// at once); SIGHUP sets the second (re-read the TLS files).
+fn install_signal_handlers() -> Result<(Arc<AtomicBool>, Arc<AtomicBool>), BrokerError> {
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone()).map_err(|e| {
+        BrokerError::Io {
+            context: "installing signal handlers".into(),
+            cause: e,
+        }
+    })?;
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register_conditional_shutdown(signal, 1, shutdown.clone()).map_err(
@@ -142,7 +180,43 @@ fn install_signal_handlers() -> Result<Arc<AtomicBool>, BrokerError> {
             cause: e,
         })?;
     }
-    Ok(shutdown)
+    Ok((shutdown, reload))
+}
+
+/// Re-reads the TLS files after a SIGHUP; new connections get the new certificates,
+/// established ones keep their sessions. A failure keeps the previous files in force.
+async fn reload_tls(shared: &Shared) {
+    let Some(tls) = shared.tls.clone() else {
+        tracing::info!("SIGHUP: TLS is off, nothing to reload");
+        return;
+    };
+    match task::spawn_blocking(move || tls.reload().map(|()| tls.reloads())).await {
+        Ok(n) => tracing::info!("SIGHUP: TLS certificates reloaded (reload {n})"),
+        Err(e) => tracing::error!("SIGHUP: TLS reload failed, the previous certificates stay: {e}"),
+    }
+}
+
+/// How often core 0 checks whether the SASL credentials file changed.
+const CREDENTIALS_CHECK_INTERVAL_MS: u64 = 1_000;
+
+/// Re-reads the SASL credentials file: always (`forced`, SIGHUP), or when its modification
+/// time changed. A file that cannot be read keeps the credentials in force.
+async fn reload_credentials(shared: &Shared, forced: bool) {
+    let Some(sasl) = shared.sasl.clone() else {
+        return;
+    };
+    let reloaded = task::spawn_blocking(move || match forced {
+        true => Some(sasl.reload()),
+        false => sasl.reload_if_changed(),
+    })
+    .await;
+    match reloaded {
+        None => {}
+        Some(Ok(n)) => tracing::info!("SASL credentials reloaded: {n} credentials"),
+        Some(Err(e)) => {
+            tracing::error!("SASL credentials reload failed, the previous ones stay: {e}")
+        }
+    }
 }
 
 /// How long start-up waits for the main address to become free: the listening sockets of a
@@ -284,6 +358,12 @@ async fn core_main(
     };
     tracing::debug!(core = id, "storage ready");
     let shard = Shard::new(id, senders.cores(), config, storage);
+    if let Some(tls) = &shared.tls {
+        shard.set_tls(tls.clone());
+    }
+    if let Some(sasl) = &shared.sasl {
+        shard.set_sasl(sasl.clone());
+    }
     if let Some(cluster) = &shared.cluster {
         shard.follow_cluster(cluster.clone());
     }
@@ -310,7 +390,17 @@ async fn orchestrate(shard: &Rc<Shard>, shared: &Shared) -> Result<(), BrokerErr
     if let Err(e) = &startup {
         tracing::error!("start-up failed: {e}");
     } else {
+        let mut credentials_checked = time::Instant::now();
         while !shared.shutdown.load(Ordering::SeqCst) && !shared.fatal.load(Ordering::SeqCst) {
+            if shared.reload.swap(false, Ordering::SeqCst) {
+                reload_tls(shared).await;
+                reload_credentials(shared, true).await;
+            }
+            if credentials_checked.elapsed() >= Duration::from_millis(CREDENTIALS_CHECK_INTERVAL_MS)
+            {
+                credentials_checked = time::Instant::now();
+                reload_credentials(shared, false).await;
+            }
             time::sleep(Duration::from_millis(SIGNAL_POLL_MS)).await;
         }
         tracing::info!("shutting down: finishing in-flight requests");
@@ -360,8 +450,13 @@ async fn start_all(shard: &Rc<Shard>) -> Result<(), BrokerError> {
     write_ready_file(shard, &endpoints, metrics_addr).await?;
     let cores: Vec<String> = endpoints.iter().map(|e| e.addr.to_string()).collect();
     let metrics = metrics_addr.map_or("off".to_string(), |a| format!("http://{a}/metrics"));
+    let tls = match (&shard.config().tls, shard.tls().is_some()) {
+        (t, true) if t.client_ca_file.is_some() => "TLS with client certificates (mTLS)",
+        (_, true) => "TLS",
+        _ => "plaintext",
+    };
     tracing::info!(
-        "serving: listen {}, per-core ports {}, metrics {metrics}",
+        "serving: listen {}, per-core ports {}, metrics {metrics}; {tls}",
         shard.config().listen,
         cores.join(",")
     );

@@ -24,6 +24,7 @@ enum Kind {
     CleanupPolicy,
     TimestampType,
     Ratio,
+    Bool,
 }
 
 struct Def {
@@ -61,6 +62,14 @@ const DEFS: &[Def] = &[
         doc: "Compact a dirty segment once its newest record is this old, whatever the ratio.",
     },
     Def { name: "message.timestamp.type", kind: Kind::TimestampType, doc: "CreateTime: record timestamps are the producer's." },
+    Def {
+        name: "unclean.leader.election.enable",
+        kind: Kind::Bool,
+        doc: concat!(
+            "true: when no in-sync or eligible replica runs, any running replica may lead ",
+            "(possible data loss, logged and counted)."
+        ),
+    },
 ];
 
 /// Why a topic config is refused.
@@ -100,6 +109,14 @@ pub enum TopicConfigError {
     /// Not a ratio.
     #[error("{name} = {value:?}: expected a number from 0 to 1")]
     Ratio {
+        /// The name.
+        name: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// Not true or false.
+    #[error("{name} = {value:?}: expected true or false")]
+    NotBoolean {
         /// The name.
         name: &'static str,
         /// The value.
@@ -155,6 +172,14 @@ pub fn validate_one(name: &str, value: &str) -> Result<(), TopicConfigError> {
             let ok = value.parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v));
             if !ok {
                 return Err(TopicConfigError::Ratio {
+                    name: def.name,
+                    value: value.to_string(),
+                });
+            }
+        }
+        Kind::Bool => {
+            if !value.eq_ignore_ascii_case("true") && !value.eq_ignore_ascii_case("false") {
+                return Err(TopicConfigError::NotBoolean {
                     name: def.name,
                     value: value.to_string(),
                 });
@@ -222,6 +247,7 @@ pub fn default_value(name: &str, broker: &BrokerConfig) -> Option<String> {
         "min.compaction.lag.ms" => "0".to_string(),
         "max.compaction.lag.ms" => i64::MAX.to_string(),
         "message.timestamp.type" => "CreateTime".to_string(),
+        "unclean.leader.election.enable" => "false".to_string(),
         _ => return None,
     })
 }

@@ -420,6 +420,7 @@ fn check_broker_wide(s: &Scrape, test_start_s: f64) {
     assert_eq!(s.one("borges_partitions_under_replicated", &[]), 0.0);
     assert_eq!(s.one("borges_partitions_under_min_isr", &[]), 0.0);
     assert_eq!(s.one("borges_partitions_offline", &[]), 0.0);
+    assert_eq!(s.one("borges_unclean_leader_elections_total", &[]), 0.0);
     assert!(s.matching("borges_metrics_series_omitted", &[]).is_empty());
 }
 

@@ -96,21 +96,40 @@ fn long_poll_wakes_when_data_arrives() {
     assert_eq!(c.create_topic("poll", 2, &[]), ErrorCode::None);
     for p in 0..2 {
         let addr = broker.addr();
-        let waiter = std::thread::spawn(move || {
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+        let (reply_tx, reply_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             let mut w = RawClient::connect(addr);
-            // Waits up to 60 s for 1 byte: returns data only if the append woke it.
-            w.fetch_raw("poll", p, 0, 60_000, 1)
+            sent_tx.send(()).unwrap();
+            // Waits up to 60 s for 1 byte.
+            let _ = reply_tx.send(w.fetch_raw("poll", p, 0, 60_000, 1));
         });
-        std::thread::sleep(Duration::from_millis(300));
+        sent_rx.recv().unwrap();
+        // The fetch waits: no answer while there is no data.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            reply_rx.try_recv().is_err(),
+            "partition {p}: the fetch was answered before any data arrived"
+        );
         assert_eq!(c.produce("poll", p, &["wake"], 1).0, ErrorCode::None);
-        let (code, hw, _, bytes) = waiter.join().unwrap();
+        // The append wakes it, long before its 60 s max_wait.
+        let (code, hw, _, bytes) = reply_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the append did not wake the waiting fetch");
         assert_eq!(code, ErrorCode::None);
         assert_eq!(hw, 1);
         assert_eq!(common::decode(&bytes, 0).len(), 1);
     }
-    // With no data, max_wait bounds the poll and the answer is empty, not an error.
+    // With no data, max_wait bounds the poll and the answer is empty, not an error; the broker
+    // held it that long.
+    let started = std::time::Instant::now();
     let (code, hw, _, bytes) = c.fetch_raw("poll", 0, 1, 200, 1);
     assert_eq!((code, hw, bytes.len()), (ErrorCode::None, 1, 0));
+    assert!(
+        started.elapsed() >= Duration::from_millis(190),
+        "an empty long poll returned after {:?}, before its max_wait",
+        started.elapsed()
+    );
 }
 
 #[test]

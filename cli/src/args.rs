@@ -35,6 +35,50 @@ pub struct Cli {
         visible_alias = "bootstrap-server"
     )]
     pub bootstrap: String,
+    /// TLS: the CA certificates (PEM) to verify brokers with; connects with TLS. For
+    /// `borges broker`: the CAs it verifies other brokers with (`tls.ca_file`).
+    #[arg(long, global = true, env = "BORGES_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// TLS: this side's certificate chain (PEM): a client certificate for brokers that ask for
+    /// one (mTLS); for `borges broker`, the listeners' certificate (`tls.cert_file`).
+    #[arg(
+        long,
+        global = true,
+        env = "BORGES_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS: the private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "BORGES_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// SASL: authenticate every connection with this mechanism (SCRAM-SHA-256 or
+    /// SCRAM-SHA-512); needs --sasl-username and --sasl-password-file.
+    #[arg(
+        long,
+        global = true,
+        env = "BORGES_SASL_MECHANISM",
+        value_name = "MECHANISM",
+        requires_all = ["sasl_username", "sasl_password_file"]
+    )]
+    pub sasl_mechanism: Option<String>,
+    /// SASL: the username.
+    #[arg(long, global = true, env = "BORGES_SASL_USERNAME", value_name = "NAME")]
+    pub sasl_username: Option<String>,
+    /// SASL: a file whose first line is the password.
+    #[arg(
+        long,
+        global = true,
+        env = "BORGES_SASL_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
+    pub sasl_password_file: Option<std::path::PathBuf>,
     /// More log output on standard error: -v info, -vv debug, -vvv trace (RUST_LOG overrides).
     /// (`--verbose` is kept for `group describe --members --verbose`, as in Kafka.)
     #[arg(short = 'v', global = true, action = ArgAction::Count)]
@@ -68,6 +112,9 @@ pub enum Command {
     /// The controller quorum and the brokers (as kafka-metadata-quorum.sh).
     #[command(subcommand)]
     Cluster(crate::cluster_cmd::ClusterCommand),
+    /// SASL/SCRAM users of a broker: create, delete, list (its credentials file).
+    #[command(subcommand)]
+    User(crate::user::UserCommand),
 }
 
 /// Output format of describe and list commands.
@@ -315,7 +362,11 @@ pub struct ProduceArgs {
     /// A header on every record; repeat for more.
     #[arg(long = "header", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub headers: Vec<(String, String)>,
-    /// kafka-console-producer properties: parse.key=true, key.separator=SEP.
+    /// A value equal to STR is sent as null: a tombstone on a compacted topic (Kafka's
+    /// `null.marker`).
+    #[arg(long, value_name = "STR")]
+    pub null_marker: Option<String>,
+    /// kafka-console-producer properties: parse.key=true, key.separator=SEP, null.marker=STR.
     #[arg(long = "property", value_name = "NAME=VALUE", value_parser = parse_key_value)]
     pub properties: Vec<(String, String)>,
 }

@@ -89,12 +89,12 @@ pub fn run_storage(command: StorageCommand) -> anyhow::Result<()> {
 }
 
 /// Runs `borges cluster ...`.
-pub fn run_cluster(command: ClusterCommand) -> anyhow::Result<()> {
+pub fn run_cluster(command: ClusterCommand, tls: Option<TlsClient>) -> anyhow::Result<()> {
     let ClusterCommand::Describe {
         bootstrap_controller,
         replication,
     } = command;
-    let (status, image) = describe(&bootstrap_controller)?;
+    let (status, image) = describe(&bootstrap_controller, tls.as_ref())?;
     let lines = if replication {
         replication_lines(&status)
     } else {
@@ -110,15 +110,22 @@ pub fn run_cluster(command: ClusterCommand) -> anyhow::Result<()> {
 
 const LINK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The rustls configuration of the global `--tls-*` flags (the controller link of a TLS
+/// cluster speaks TLS too).
+pub type TlsClient = std::sync::Arc<rustls::ClientConfig>;
+
 /// The leader's view of the quorum (a follower's when no leader answers) and its image.
-fn describe(bootstrap: &str) -> anyhow::Result<(QuorumStatus, MetadataImage)> {
+fn describe(
+    bootstrap: &str,
+    tls: Option<&TlsClient>,
+) -> anyhow::Result<(QuorumStatus, MetadataImage)> {
     let mut errors = Vec::new();
     for addr in bootstrap
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
     {
-        match describe_at(addr) {
+        match describe_at(addr, tls) {
             Ok(found) => return Ok(found),
             Err(e) => errors.push(format!("{addr}: {e:#}")),
         }
@@ -129,16 +136,21 @@ fn describe(bootstrap: &str) -> anyhow::Result<(QuorumStatus, MetadataImage)> {
     Err(anyhow!("no controller answered ({})", errors.join("; ")))
 }
 
-fn describe_at(addr: &str) -> anyhow::Result<(QuorumStatus, MetadataImage)> {
+fn describe_at(
+    addr: &str,
+    tls: Option<&TlsClient>,
+) -> anyhow::Result<(QuorumStatus, MetadataImage)> {
     // A tool that does not know the cluster id connects read-only.
-    let mut client = LinkClient::connect(addr, "", LINK_TIMEOUT)?;
+    let mut client = LinkClient::connect_tls(addr, "", LINK_TIMEOUT, tls.cloned())?;
     let mut status = client.describe()?;
     if let Some(leader_addr) = status
         .leader_id
         .filter(|&l| l != status.node_id)
         .and_then(|l| status.addresses.get(&l).cloned())
     {
-        if let Ok(mut leader) = LinkClient::connect(&leader_addr, "", LINK_TIMEOUT) {
+        if let Ok(mut leader) =
+            LinkClient::connect_tls(&leader_addr, "", LINK_TIMEOUT, tls.cloned())
+        {
             if let Ok(s) = leader.describe() {
                 status = s;
                 client = leader;

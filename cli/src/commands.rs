@@ -29,15 +29,89 @@ macro_rules! usage {
 }
 pub(crate) use usage;
 
+/// The global TLS flags as given (`--tls-ca`, `--tls-cert`, `--tls-key`).
+#[derive(Debug, Default)]
+pub struct ClientTls {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl ClientTls {
+    /// The rustls configuration of the flags (none without `--tls-ca`).
+    pub fn rustls(self) -> anyhow::Result<Option<crate::cluster_cmd::TlsClient>> {
+        match self.config()? {
+            None => Ok(None),
+            Some(tls) => Ok(Some(tls.rustls_config()?)),
+        }
+    }
+
+    /// The client's TLS settings: none without `--tls-ca`.
+    fn config(self) -> anyhow::Result<Option<borges_client::TlsConfig>> {
+        match self.ca {
+            None if self.cert.is_some() => {
+                usage!("--tls-cert needs --tls-ca (the CAs to verify the brokers with)")
+            }
+            None => Ok(None),
+            Some(ca) => Ok(Some(borges_client::TlsConfig {
+                ca_file: ca,
+                cert_file: self.cert,
+                key_file: self.key,
+            })),
+        }
+    }
+}
+
+/// The global SASL flags as given (`--sasl-mechanism`, `--sasl-username`,
+/// `--sasl-password-file`).
+#[derive(Debug, Default)]
+pub struct ClientSasl {
+    pub mechanism: Option<String>,
+    pub username: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+impl ClientSasl {
+    /// The client's SASL settings (the password file is read now): none without
+    /// `--sasl-mechanism`.
+    pub fn config(self) -> anyhow::Result<Option<borges_client::SaslConfig>> {
+        let Some(mechanism) = self.mechanism else {
+            if self.username.is_some() || self.password_file.is_some() {
+                usage!("--sasl-username and --sasl-password-file need --sasl-mechanism");
+            }
+            return Ok(None);
+        };
+        let (Some(username), Some(file)) = (self.username, self.password_file) else {
+            usage!("--sasl-mechanism needs --sasl-username and --sasl-password-file");
+        };
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| anyhow::anyhow!("reading --sasl-password-file {}: {e}", file.display()))?;
+        let password = text.lines().next().unwrap_or("");
+        match borges_client::SaslConfig::scram(&mechanism, &username, password) {
+            Ok(c) => Ok(Some(c)),
+            Err(e) => usage!("{e}"),
+        }
+    }
+}
+
 /// Runs one client command against `bootstrap`.
-pub async fn run(bootstrap: &str, ui: Ui, command: Command) -> anyhow::Result<()> {
-    let config = ClientConfig::new(bootstrap).client_id("borges-cli");
+pub async fn run(
+    bootstrap: &str,
+    tls: ClientTls,
+    sasl: ClientSasl,
+    ui: Ui,
+    command: Command,
+) -> anyhow::Result<()> {
+    let config = ClientConfig::new(bootstrap)
+        .client_id("borges-cli")
+        .tls(tls.config()?)
+        .sasl(sasl.config()?);
     match command {
         Command::Topic(topic) => crate::topic::run(config, topic).await,
         Command::Produce(args) => crate::produce::run(config, ui, args).await,
         Command::Consume(args) => crate::consume::run(config, ui, args).await,
         Command::Group(group) => crate::group::run(config, group).await,
-        Command::Broker(_) | Command::Storage(_) | Command::Cluster(_) => {
+        Command::Broker(_) | Command::Storage(_) | Command::Cluster(_) | Command::User(_) => {
             unreachable!("these commands run without a tokio runtime")
         }
     }

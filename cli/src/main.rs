@@ -11,6 +11,7 @@ mod group;
 mod output;
 mod produce;
 mod topic;
+mod user;
 
 use std::process::ExitCode;
 
@@ -29,14 +30,36 @@ fn main() -> ExitCode {
     let multiline = matches!(cli.command, Command::Broker(_));
     let result = match cli.command {
         // The broker runs its own thread-per-core executors and logging: no tokio runtime here.
-        Command::Broker(args) => borges_broker::cli::run(args).map_err(anyhow::Error::from),
+        Command::Broker(mut args) => {
+            args.tls_cert = cli.tls_cert.clone();
+            args.tls_key = cli.tls_key.clone();
+            args.tls_ca = cli.tls_ca.clone();
+            borges_broker::cli::run(args).map_err(anyhow::Error::from)
+        }
         // Local files and the blocking controller-link client: no tokio runtime either.
         Command::Storage(c) => cluster_cmd::run_storage(c),
-        Command::Cluster(c) => cluster_cmd::run_cluster(c),
+        Command::User(c) => user::run(c),
+        Command::Cluster(c) => commands::ClientTls {
+            ca: cli.tls_ca.clone(),
+            cert: cli.tls_cert.clone(),
+            key: cli.tls_key.clone(),
+        }
+        .rustls()
+        .and_then(|tls| cluster_cmd::run_cluster(c, tls)),
         command => {
             let ui = Ui::detect(cli.quiet);
             output::install_logging(cli.log_verbosity, &ui);
-            run_client_command(&cli.bootstrap, ui, command)
+            let tls = commands::ClientTls {
+                ca: cli.tls_ca.clone(),
+                cert: cli.tls_cert.clone(),
+                key: cli.tls_key.clone(),
+            };
+            let sasl = commands::ClientSasl {
+                mechanism: cli.sasl_mechanism.clone(),
+                username: cli.sasl_username.clone(),
+                password_file: cli.sasl_password_file.clone(),
+            };
+            run_client_command(&cli.bootstrap, tls, sasl, ui, command)
         }
     };
     match result {
@@ -65,9 +88,15 @@ fn writeln_stderr(line: &str) -> std::io::Result<()> {
     writeln!(std::io::stderr().lock(), "{line}")
 }
 
-fn run_client_command(bootstrap: &str, ui: Ui, command: Command) -> anyhow::Result<()> {
+fn run_client_command(
+    bootstrap: &str,
+    tls: commands::ClientTls,
+    sasl: commands::ClientSasl,
+    ui: Ui,
+    command: Command,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(commands::run(bootstrap, ui, command))
+    runtime.block_on(commands::run(bootstrap, tls, sasl, ui, command))
 }

@@ -28,11 +28,20 @@ struct Counts {
     acknowledged: AtomicU64,
 }
 
+/// How a line becomes a record: the key separator, and the value that stands for null.
+#[derive(Debug, Default)]
+struct LineFormat {
+    separator: Option<String>,
+    null_marker: Option<String>,
+}
+
 /// The key separator from `--key-separator` or the console producer's properties
-/// (`parse.key=true` splits at `key.separator`, a tab by default).
-fn key_separator(args: &ProduceArgs) -> anyhow::Result<Option<String>> {
+/// (`parse.key=true` splits at `key.separator`, a tab by default), and the null marker from
+/// `--null-marker` or `null.marker` (a value equal to it is sent as null: a tombstone).
+fn line_format(args: &ProduceArgs) -> anyhow::Result<LineFormat> {
     let mut parse_key = false;
     let mut separator = None;
+    let mut null_marker = None;
     for (name, value) in &args.properties {
         match name.as_str() {
             "parse.key" => match value.to_ascii_lowercase().as_str() {
@@ -41,13 +50,18 @@ fn key_separator(args: &ProduceArgs) -> anyhow::Result<Option<String>> {
                 _ => usage!("property parse.key must be true or false, not `{value}`"),
             },
             "key.separator" => separator = Some(value.clone()),
-            _ => usage!("unknown property `{name}` (known: parse.key, key.separator)"),
+            "null.marker" => null_marker = Some(value.clone()),
+            _ => usage!("unknown property `{name}` (known: parse.key, key.separator, null.marker)"),
         }
     }
-    Ok(match (&args.key_separator, parse_key) {
+    let separator = match (&args.key_separator, parse_key) {
         (Some(sep), _) => Some(sep.clone()),
         (None, true) => Some(separator.unwrap_or_else(|| "\t".to_string())),
         (None, false) => None,
+    };
+    Ok(LineFormat {
+        separator,
+        null_marker: args.null_marker.clone().or(null_marker),
     })
 }
 
@@ -71,7 +85,7 @@ fn producer_config(args: &ProduceArgs) -> anyhow::Result<ProducerConfig> {
 
 /// Runs `produce`.
 pub async fn run(config: ClientConfig, ui: Ui, args: ProduceArgs) -> anyhow::Result<()> {
-    let separator = key_separator(&args)?;
+    let format = line_format(&args)?;
     let producer_config = producer_config(&args)?;
     let config = config.request_timeout_ms(args.request_timeout_ms);
     let producer = Producer::new(config, producer_config).await?;
@@ -89,7 +103,7 @@ pub async fn run(config: ClientConfig, ui: Ui, args: ProduceArgs) -> anyhow::Res
     };
     let (acks_tx, acks_rx) = mpsc::channel::<(u64, DeliveryFuture)>(PRODUCE_PENDING_ACKS_MAX);
     let checker = tokio::spawn(check_acks(acks_rx, counts.clone()));
-    let sent = send_lines(&producer, &args, separator.as_deref(), &counts, acks_tx).await;
+    let sent = send_lines(&producer, &args, &format, &counts, acks_tx).await;
     let flushed = producer.flush().await;
     let (acknowledged, failure) = checker.await?;
     producer.close().await?;
@@ -110,7 +124,7 @@ pub async fn run(config: ClientConfig, ui: Ui, args: ProduceArgs) -> anyhow::Res
 async fn send_lines(
     producer: &Producer,
     args: &ProduceArgs,
-    separator: Option<&str>,
+    format: &LineFormat,
     counts: &Counts,
     acks: mpsc::Sender<(u64, DeliveryFuture)>,
 ) -> anyhow::Result<u64> {
@@ -121,15 +135,21 @@ async fn send_lines(
         line_number += 1;
         let line = line.strip_suffix('\r').unwrap_or(&line).to_string();
         let mut record = ProducerRecord::new(topic.clone());
-        match separator {
+        let value = match format.separator.as_deref() {
             Some(sep) => match split_key(&line, sep) {
-                Some((key, value)) => record = record.key(key.to_string()).value(value.to_string()),
+                Some((key, value)) => {
+                    record = record.key(key.to_string());
+                    value
+                }
                 None => bail!(
                     "line {line_number} has no key separator `{}`",
                     sep.escape_default()
                 ),
             },
-            None => record = record.value(line),
+            None => line.as_str(),
+        };
+        if format.null_marker.as_deref() != Some(value) {
+            record = record.value(value.to_string());
         }
         if let Some(p) = args.partition {
             record = record.partition(p);

@@ -2,8 +2,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use borges_protocol::{wire, ApiKey};
+use borges_protocol::{wire, ApiKey, ErrorCode};
 
 use crate::client::ClientCore;
 use crate::codec::obj;
@@ -11,6 +12,8 @@ use crate::codec::{self, decode};
 use crate::config::ClientConfig;
 use crate::error::{check_code, ClientError, Result};
 use crate::group;
+use crate::metadata::ClusterMetadata;
+use crate::retry;
 use crate::types::{
     AlterConfig, ConfigEntry, ConfigSource, GroupCoordinator, GroupDescription, GroupListing,
     GroupState, ListedOffset, MemberDescription, NewTopic, OffsetSpec, TopicDescription,
@@ -19,6 +22,10 @@ use crate::types::{
 
 /// Pipelined admin requests a connection may carry.
 const ADMIN_IN_FLIGHT_REQUESTS_MAX: usize = 16;
+/// First pause before a ListOffsets query is sent again after its leader moved.
+const LIST_OFFSETS_BACKOFF_MS: u64 = 50;
+/// Longest pause between ListOffsets attempts.
+const LIST_OFFSETS_BACKOFF_MS_MAX: u64 = 1_000;
 
 /// Creates, deletes, describes and lists topics; reads and alters topic configs; looks up
 /// offsets. Cheap to clone; `Send + Sync`.
@@ -472,40 +479,147 @@ fn config_source(source: wire::ConfigSource) -> ConfigSource {
     }
 }
 
-/// ListOffsets for `queries`: each partition's query goes to its leader broker when the
-/// metadata knows it (in a cluster only the leader answers; it forwards to the owning core),
-/// the others to any broker. Answers come back in query order.
+/// Whether a ListOffsets failure for a partition says its leader moved or is not known yet,
+/// so that the query is worth repeating at the leader fresh metadata names: a broker that does
+/// not lead it (any more), a stale or newer leader epoch, a broker shutting down, a partition
+/// the answering broker has not applied yet (while the metadata has it), or a lost connection.
+fn leader_moved(e: &ClientError, topic_known: bool) -> bool {
+    match e {
+        ClientError::Broker { code, .. } => match code {
+            ErrorCode::NotLeaderOrFollower
+            | ErrorCode::FencedLeaderEpoch
+            | ErrorCode::UnknownLeaderEpoch
+            | ErrorCode::ShuttingDown
+            | ErrorCode::RequestTimedOut => true,
+            ErrorCode::UnknownTopicOrPartition => topic_known,
+            _ => false,
+        },
+        ClientError::Io { .. }
+        | ClientError::ConnectionClosed { .. }
+        | ClientError::Timeout { .. }
+        | ClientError::NoBrokerAvailable { .. } => true,
+        _ => false,
+    }
+}
+
+/// ListOffsets for `queries`, each partition's query at its leader broker (in a cluster only
+/// the leader answers; it forwards to the owning core). The metadata is refreshed first when
+/// it lacks a queried topic or a partition's leader. Queries answered with an error that says
+/// the leader moved ([`leader_moved`]) are sent again, to the leader of freshly refreshed
+/// metadata, with backoff, until `request_timeout_ms` has passed; the last such error is
+/// returned then. Other errors are returned at once. Answers come back in query order.
 pub(crate) async fn list_offsets(
     core: &ClientCore,
     queries: &[(TopicPartition, OffsetSpec)],
 ) -> Result<Vec<ListedOffset>> {
-    let metadata = core.metadata();
-    let mut by_leader: BTreeMap<Option<String>, Vec<usize>> = BTreeMap::new();
-    for (i, (tp, _)) in queries.iter().enumerate() {
-        let addr = metadata.leader_addr(&tp.topic, tp.partition, false);
-        by_leader
-            .entry(addr.map(str::to_string))
-            .or_default()
-            .push(i);
-    }
-    let mut out: Vec<Option<ListedOffset>> = vec![None; queries.len()];
-    for (addr, indexes) in by_leader {
-        let sub: Vec<(TopicPartition, OffsetSpec)> =
-            indexes.iter().map(|&i| queries[i].clone()).collect();
-        let listed = list_offsets_at(core, addr.as_deref(), &sub).await?;
-        for (i, l) in indexes.into_iter().zip(listed) {
-            out[i] = Some(l);
-        }
-    }
-    Ok(out.into_iter().flatten().collect())
+    let deadline = Instant::now() + Duration::from_millis(core.config.request_timeout_ms);
+    list_offsets_until(core, queries, deadline).await
 }
 
-/// ListOffsets for `queries` at `addr`, or at any broker.
+/// [`list_offsets`] with its own deadline: no retry starts after `deadline` (a deadline in the
+/// past makes one attempt, for callers that retry themselves).
+pub(crate) async fn list_offsets_until(
+    core: &ClientCore,
+    queries: &[(TopicPartition, OffsetSpec)],
+    deadline: Instant,
+) -> Result<Vec<ListedOffset>> {
+    let mut topics: Vec<String> = queries.iter().map(|(tp, _)| tp.topic.clone()).collect();
+    topics.sort();
+    topics.dedup();
+    let mut out: Vec<Option<ListedOffset>> = vec![None; queries.len()];
+    let mut pending: Vec<usize> = (0..queries.len()).collect();
+    let mut metadata = core.metadata();
+    if !routable(&metadata, queries) {
+        metadata = refreshed(core, &topics, metadata).await;
+    }
+    let mut attempt: u32 = 0;
+    loop {
+        let mut by_leader: BTreeMap<Option<String>, Vec<usize>> = BTreeMap::new();
+        for &i in &pending {
+            let tp = &queries[i].0;
+            let addr = metadata.leader_addr(&tp.topic, tp.partition, false);
+            by_leader
+                .entry(addr.map(str::to_string))
+                .or_default()
+                .push(i);
+        }
+        let mut retry = Vec::new();
+        let mut last_error = None;
+        for (addr, indexes) in by_leader {
+            let sub: Vec<(TopicPartition, OffsetSpec)> =
+                indexes.iter().map(|&i| queries[i].clone()).collect();
+            let answers = match list_offsets_at(core, addr.as_deref(), &sub).await {
+                Ok(answers) => answers,
+                Err(e) => vec![Err(e); sub.len()],
+            };
+            for (i, answer) in indexes.into_iter().zip(answers) {
+                match answer {
+                    Ok(listed) => out[i] = Some(listed),
+                    Err(e) => {
+                        let tp = &queries[i].0;
+                        let known = metadata.topics.get(&tp.topic).is_some_and(|t| {
+                            t.error.is_none() && t.partition(tp.partition).is_some()
+                        });
+                        if !leader_moved(&e, known) {
+                            return Err(e);
+                        }
+                        retry.push(i);
+                        last_error = Some(e);
+                    }
+                }
+            }
+        }
+        let Some(error) = last_error else {
+            return Ok(out.into_iter().flatten().collect());
+        };
+        attempt += 1;
+        let backoff_ms = retry::backoff_ms(
+            attempt,
+            LIST_OFFSETS_BACKOFF_MS,
+            LIST_OFFSETS_BACKOFF_MS_MAX,
+            u64::from(attempt),
+        );
+        if Instant::now() + Duration::from_millis(backoff_ms) >= deadline {
+            return Err(error);
+        }
+        tracing::debug!(%error, attempt, "ListOffsets: the leader moved; refreshing metadata");
+        tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+        metadata = refreshed(core, &topics, metadata).await;
+        pending = retry;
+    }
+}
+
+/// Whether `metadata` names a leader for every queried partition.
+fn routable(metadata: &ClusterMetadata, queries: &[(TopicPartition, OffsetSpec)]) -> bool {
+    queries.iter().all(|(tp, _)| {
+        metadata
+            .leader_addr(&tp.topic, tp.partition, false)
+            .is_some()
+    })
+}
+
+/// Fresh metadata for `topics`, or `current` when the refresh fails (the next attempt's
+/// request fails the same way and is retried or returned).
+async fn refreshed(
+    core: &ClientCore,
+    topics: &[String],
+    current: Arc<ClusterMetadata>,
+) -> Arc<ClusterMetadata> {
+    match core.refresh_metadata(Some(topics)).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::debug!(error = %e, "ListOffsets: metadata refresh failed");
+            current
+        }
+    }
+}
+
+/// ListOffsets for `queries` at `addr`, or at any broker; one result per query.
 async fn list_offsets_at(
     core: &ClientCore,
     addr: Option<&str>,
     queries: &[(TopicPartition, OffsetSpec)],
-) -> Result<Vec<ListedOffset>> {
+) -> Result<Vec<Result<ListedOffset>>> {
     let mut by_topic: BTreeMap<&str, Vec<wire::ListOffsetsPartitionT>> = BTreeMap::new();
     for (tp, spec) in queries {
         by_topic
@@ -536,14 +650,26 @@ async fn list_offsets_at(
         None => core.call_any(ApiKey::ListOffsets, message).await?,
     };
     let response = decode!(ListOffsetsResponse, frame)?;
-    parse_list_offsets(response, queries)
+    parse_list_offsets_each(response, queries)
 }
 
-/// Matches a ListOffsets response to the queries, in query order.
-pub(crate) fn parse_list_offsets(
+/// Matches a ListOffsets response to the queries, in query order; the first error fails.
+#[cfg(test)]
+fn parse_list_offsets(
     response: wire::ListOffsetsResponseT,
     queries: &[(TopicPartition, OffsetSpec)],
 ) -> Result<Vec<ListedOffset>> {
+    parse_list_offsets_each(response, queries)?
+        .into_iter()
+        .collect()
+}
+
+/// Matches a ListOffsets response to the queries, in query order: each query's offset or its
+/// partition's error. The outer error is the response's own error or a malformed response.
+fn parse_list_offsets_each(
+    response: wire::ListOffsetsResponseT,
+    queries: &[(TopicPartition, OffsetSpec)],
+) -> Result<Vec<Result<ListedOffset>>> {
     check_code(response.error_code, response.error_message)?;
     let topics = response.topics.unwrap_or_default();
     // The same partition may be asked about several times (earliest and latest): the k-th
@@ -561,14 +687,14 @@ pub(crate) fn parse_list_offsets(
                 .nth(*seen)
                 .ok_or_else(|| ClientError::Protocol(format!("ListOffsets response lacks {tp}")))?;
             *seen += 1;
-            check_code(p.error_code, p.error_message.clone())
-                .map_err(|e| name_error(e, &tp.to_string()))?;
-            Ok(ListedOffset {
-                topic_partition: tp.clone(),
-                offset: p.offset,
-                timestamp: p.timestamp,
-                size_bytes: p.size_bytes,
-            })
+            Ok(check_code(p.error_code, p.error_message.clone())
+                .map_err(|e| name_error(e, &tp.to_string()))
+                .map(|()| ListedOffset {
+                    topic_partition: tp.clone(),
+                    offset: p.offset,
+                    timestamp: p.timestamp,
+                    size_bytes: p.size_bytes,
+                }))
         })
         .collect()
 }
@@ -576,7 +702,6 @@ pub(crate) fn parse_list_offsets(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use borges_protocol::ErrorCode;
 
     #[test]
     fn list_offsets_response_is_matched_to_queries() {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use borges_protocol::ApiKey;
 
@@ -22,6 +22,8 @@ type ConnectionSlot = tokio::sync::Mutex<Option<Arc<Connection>>>;
 /// connections are opened lazily, one per `host:port`, and replaced when they die.
 pub(crate) struct ClientCore {
     pub config: ClientConfig,
+    /// The rustls configuration built from `config.tls`.
+    tls: Option<Arc<rustls::ClientConfig>>,
     in_flight_requests_max: usize,
     /// One slot per address; a slot's async mutex serializes connecting to that address only,
     /// so a slow connect never holds up requests to other cores.
@@ -29,19 +31,30 @@ pub(crate) struct ClientCore {
     metadata: RwLock<Arc<ClusterMetadata>>,
     refresh: tokio::sync::Mutex<()>,
     refresh_generation: AtomicU64,
+    /// Addresses whose last cluster-wide request failed (no connection, connection lost, no
+    /// answer in time), with when: [`ClientCore::call_any`] tries them last, oldest failure
+    /// first, until one answers again. A paused or cut-off broker must not hold up every
+    /// metadata refresh while the others have moved its partitions on.
+    suspects: std::sync::Mutex<HashMap<String, Instant>>,
 }
 
 impl ClientCore {
     /// A client with `in_flight_requests_max` pipelined requests per connection.
     pub fn new(config: ClientConfig, in_flight_requests_max: usize) -> Result<Arc<ClientCore>> {
         config.validate()?;
+        let tls = match &config.tls {
+            Some(tls) => Some(crate::tls::client_config(tls)?),
+            None => None,
+        };
         Ok(Arc::new(ClientCore {
             config,
+            tls,
             in_flight_requests_max,
             pool: std::sync::Mutex::new(HashMap::new()),
             metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
             refresh: tokio::sync::Mutex::new(()),
             refresh_generation: AtomicU64::new(0),
+            suspects: std::sync::Mutex::new(HashMap::new()),
         }))
     }
 
@@ -86,14 +99,20 @@ impl ClientCore {
                 self.config.connect_timeout_ms,
                 self.in_flight_requests_max,
                 self.config.frame_size_bytes_max,
+                self.tls.as_ref(),
             )
             .await?,
         );
+        if let Some(sasl) = &self.config.sasl {
+            let timeout_ms = self.config.request_timeout_ms;
+            crate::sasl::authenticate(&conn, addr, sasl, timeout_ms).await?;
+        }
         *current = Some(conn.clone());
         Ok(conn)
     }
 
-    /// Addresses to try for cluster-wide requests: known brokers first, then bootstrap.
+    /// Addresses to try for cluster-wide requests: known brokers first, then bootstrap; the
+    /// suspects (their last request failed) after all others, the longest-failed first.
     fn candidate_addrs(&self) -> Vec<String> {
         let mut addrs = self.metadata().broker_addrs();
         for b in &self.config.bootstrap {
@@ -101,11 +120,43 @@ impl ClientCore {
                 addrs.push(b.clone());
             }
         }
+        let suspects = self.suspects();
+        // Stable: unsuspected addresses keep their order.
+        addrs.sort_by_key(|a| suspects.get(a).copied());
         addrs
     }
 
-    /// Sends `request` to any reachable broker (known brokers, then bootstrap), returning the
-    /// first response. Only transport failures move on to the next address.
+    fn suspects(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        match self.suspects.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn suspect(&self, addr: &str) {
+        self.suspects().insert(addr.to_string(), Instant::now());
+    }
+
+    /// A request to `addr` (a broker's main listener or one of its cores) got no answer in
+    /// time: its broker is tried last for cluster-wide requests. A broker cut off from the
+    /// others still answers metadata, from before its partitions moved; asking it first after
+    /// its produce or fetch timed out would route the retry straight back to it.
+    pub fn suspect_unresponsive(&self, addr: &str) {
+        let broker = self.metadata().broker_of(addr).map(str::to_string);
+        self.suspect(broker.as_deref().unwrap_or(addr));
+    }
+
+    fn clear_suspect(&self, addr: &str) {
+        let mut suspects = self.suspects();
+        if !suspects.is_empty() {
+            suspects.remove(addr);
+        }
+    }
+
+    /// Sends `request` to any reachable broker (known brokers, then bootstrap; suspects
+    /// last), returning the first response. Transport failures move on to the next address;
+    /// so does a timeout for requests that change nothing ([`answers_anywhere`]), which any
+    /// other broker can answer as well (a request that creates or deletes must not run twice).
     pub async fn call_any(&self, api_key: ApiKey, message: Vec<u8>) -> Result<Response> {
         let addrs = self.candidate_addrs();
         let mut last = None;
@@ -113,6 +164,7 @@ impl ClientCore {
             let conn = match self.connection(addr).await {
                 Ok(conn) => conn,
                 Err(e) => {
+                    self.suspect(addr);
                     last = Some(e);
                     continue;
                 }
@@ -120,9 +172,20 @@ impl ClientCore {
             let request = Request::new(api_key, message.clone());
             match conn.call(request, self.config.request_timeout_ms).await {
                 Err(e @ (ClientError::Io { .. } | ClientError::ConnectionClosed { .. })) => {
+                    self.suspect(addr);
                     last = Some(e)
                 }
-                other => return other,
+                Err(e @ ClientError::Timeout { .. }) => {
+                    self.suspect(addr);
+                    if !answers_anywhere(api_key) {
+                        return Err(e);
+                    }
+                    last = Some(e)
+                }
+                other => {
+                    self.clear_suspect(addr);
+                    return other;
+                }
             }
         }
         Err(ClientError::NoBrokerAvailable {
@@ -158,7 +221,9 @@ impl ClientCore {
             .call_any(ApiKey::Metadata, codec::metadata_request(topics))
             .await?;
         let response = codec::decode!(MetadataResponse, frame)?;
-        let fresh = ClusterMetadata::from_response(response)?;
+        let fresh = self
+            .metadata()
+            .keeping_newer_epochs(ClusterMetadata::from_response(response)?);
         let merged = if topics.is_none() {
             fresh
         } else {
@@ -205,6 +270,21 @@ impl ClientCore {
             backoff_ms = (backoff_ms * 2).min(1000);
         }
     }
+}
+
+/// Requests that read (or, for InitProducerId, hand out a fresh id), so that after a timeout
+/// at one broker the same request may go to another.
+fn answers_anywhere(api_key: ApiKey) -> bool {
+    matches!(
+        api_key,
+        ApiKey::Metadata
+            | ApiKey::DescribeConfigs
+            | ApiKey::ListOffsets
+            | ApiKey::FindCoordinator
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::InitProducerId
+    )
 }
 
 /// Whether `metadata` describes every topic with a leader for each partition.

@@ -46,6 +46,50 @@ pub struct ClientConfig {
     pub shard_aware: bool,
     /// Largest response frame accepted.
     pub frame_size_bytes_max: u32,
+    /// TLS to every broker (none: plaintext).
+    pub tls: Option<TlsConfig>,
+    /// SASL/SCRAM authentication of every connection (none: brokers without SASL).
+    pub sasl: Option<crate::sasl::SaslConfig>,
+}
+
+/// TLS settings of a client: the CAs it verifies brokers' certificates with, and optionally a
+/// certificate of its own for brokers that require one (mTLS). Files are PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// CA certificates that sign the brokers' certificates.
+    pub ca_file: std::path::PathBuf,
+    /// This client's certificate chain (mTLS), with `key_file`.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The private key of `cert_file`.
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+impl TlsConfig {
+    /// TLS verifying brokers against the CAs in `ca_file`, without a client certificate.
+    pub fn new(ca_file: impl Into<std::path::PathBuf>) -> TlsConfig {
+        TlsConfig {
+            ca_file: ca_file.into(),
+            cert_file: None,
+            key_file: None,
+        }
+    }
+
+    /// Presents this certificate chain and key to brokers that ask for one (mTLS).
+    pub fn identity(
+        mut self,
+        cert_file: impl Into<std::path::PathBuf>,
+        key_file: impl Into<std::path::PathBuf>,
+    ) -> TlsConfig {
+        self.cert_file = Some(cert_file.into());
+        self.key_file = Some(key_file.into());
+        self
+    }
+
+    /// The rustls client configuration these settings make (the files are read now): for
+    /// tools that open their own TLS connections.
+    pub fn rustls_config(&self) -> Result<std::sync::Arc<rustls::ClientConfig>> {
+        crate::tls::client_config(self)
+    }
 }
 
 impl ClientConfig {
@@ -81,6 +125,18 @@ impl ClientConfig {
         self
     }
 
+    /// Sets `tls` (none: plaintext).
+    pub fn tls(mut self, tls: Option<TlsConfig>) -> ClientConfig {
+        self.tls = tls;
+        self
+    }
+
+    /// Sets `sasl` (none: no authentication).
+    pub fn sasl(mut self, sasl: Option<crate::sasl::SaslConfig>) -> ClientConfig {
+        self.sasl = sasl;
+        self
+    }
+
     /// Checks the settings.
     pub fn validate(&self) -> Result<()> {
         if self.bootstrap.is_empty() {
@@ -94,6 +150,13 @@ impl ClientConfig {
         positive("request_timeout_ms", self.request_timeout_ms)?;
         positive("connect_timeout_ms", self.connect_timeout_ms)?;
         positive("metadata_max_age_ms", self.metadata_max_age_ms)?;
+        if let Some(tls) = &self.tls {
+            if tls.cert_file.is_some() != tls.key_file.is_some() {
+                return Err(ClientError::InvalidConfig(
+                    "tls: cert_file and key_file go together".into(),
+                ));
+            }
+        }
         if self.frame_size_bytes_max < borges_protocol::frame::FRAME_SIZE_BYTES_MAX_MIN {
             return Err(ClientError::InvalidConfig(format!(
                 "frame_size_bytes_max must be at least {}",
@@ -114,6 +177,8 @@ impl Default for ClientConfig {
             metadata_max_age_ms: 300_000,
             shard_aware: true,
             frame_size_bytes_max: borges_protocol::frame::FRAME_SIZE_BYTES_MAX_DEFAULT,
+            tls: None,
+            sasl: None,
         }
     }
 }

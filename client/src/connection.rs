@@ -19,12 +19,16 @@ use std::time::Duration;
 use borges_protocol::frame::{FrameHeader, FRAME_HEADER_SIZE_BYTES};
 use borges_protocol::{wire, ApiKey};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{ClientError, Result};
+
+/// The read side of a connection (a TCP half, or a TLS stream's).
+type ReadSide = Box<dyn AsyncRead + Send + Unpin>;
+/// The write side of a connection.
+type WriteSide = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// Frames the writer coalesces into one vectored write at most.
 const WRITE_COALESCE_FRAMES_MAX: usize = 64;
@@ -81,12 +85,35 @@ struct Pending {
 struct Shutdown {
     closed: AtomicBool,
     notify: Notify,
+    /// Why the connection died (the first failure), for requests submitted after that.
+    reason: std::sync::Mutex<Option<ClientError>>,
 }
 
 impl Shutdown {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.notify.notify_waiters();
+    }
+
+    /// Closes, remembering `reason` unless an earlier one is known.
+    fn close_with(&self, reason: &ClientError) {
+        {
+            let mut known = match self.reason.lock() {
+                Ok(k) => k,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if known.is_none() && !matches!(reason, ClientError::ConnectionClosed { .. }) {
+                *known = Some(reason.clone());
+            }
+        }
+        self.close();
+    }
+
+    fn reason(&self) -> Option<ClientError> {
+        match self.reason.lock() {
+            Ok(k) => k.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
     }
 
     fn is_closed(&self) -> bool {
@@ -114,12 +141,14 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` within `connect_timeout_ms` and starts the writer and reader tasks.
+    /// Connects to `addr` within `connect_timeout_ms` (TCP, then the TLS handshake when `tls`
+    /// is given) and starts the writer and reader tasks.
     pub async fn connect(
         addr: &str,
         connect_timeout_ms: u64,
         in_flight_requests_max: usize,
         frame_size_bytes_max: u32,
+        tls: Option<&Arc<rustls::ClientConfig>>,
     ) -> Result<Connection> {
         let connect = TcpStream::connect(addr);
         let stream = tokio::time::timeout(Duration::from_millis(connect_timeout_ms), connect)
@@ -132,12 +161,23 @@ impl Connection {
         stream
             .set_nodelay(true)
             .map_err(|e| ClientError::io(addr, e))?;
-        let (read_half, write_half) = stream.into_split();
+        let (read_half, write_half): (ReadSide, WriteSide) = match tls {
+            None => {
+                let (r, w) = stream.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Some(config) => {
+                let tls = crate::tls::handshake(addr, stream, config, connect_timeout_ms).await?;
+                let (r, w) = tokio::io::split(tls);
+                (Box::new(r), Box::new(w))
+            }
+        };
         let (queue, queue_rx) = mpsc::channel(WRITE_QUEUE_DEPTH_MAX);
         let (pending_tx, pending_rx) = mpsc::unbounded_channel();
         let shutdown = Arc::new(Shutdown {
             closed: AtomicBool::new(false),
             notify: Notify::new(),
+            reason: std::sync::Mutex::new(None),
         });
         tokio::spawn(write_loop(
             write_half,
@@ -213,11 +253,14 @@ impl Connection {
     /// Sends `request` and waits up to `timeout_ms` for its response.
     pub async fn call(&self, request: Request, timeout_ms: u64) -> Result<Response> {
         let receiver = self.submit(request).await?;
-        let frame = await_reply(receiver, timeout_ms, &self.addr).await?;
+        let frame = await_reply(receiver, timeout_ms, self).await?;
         frame.ok_or_else(|| ClientError::Protocol("no response frame".into()))
     }
 
     fn closed_error(&self) -> ClientError {
+        if let Some(reason) = self.shutdown.reason() {
+            return reason;
+        }
         ClientError::ConnectionClosed {
             addr: self.addr.clone(),
         }
@@ -230,26 +273,32 @@ impl Drop for Connection {
     }
 }
 
-/// Waits for a submitted request's reply within `timeout_ms`.
+/// Waits for a reply to a request submitted on `conn` within `timeout_ms`. A request that
+/// times out closes the connection (as Kafka's client disconnects on a request timeout): the
+/// peer may be paused or cut off, every other request in flight on it fails at once
+/// (retriable) instead of each waiting out its own timeout, their in-flight slots are free
+/// again, and the next request opens a new connection. Without that, a silent peer keeps
+/// every slot of the connection and `submit` waits forever for one.
 pub(crate) async fn await_reply(
     receiver: oneshot::Receiver<Reply>,
     timeout_ms: u64,
-    addr: &str,
+    conn: &Connection,
 ) -> Reply {
     match tokio::time::timeout(Duration::from_millis(timeout_ms), receiver).await {
-        Err(_) => Err(ClientError::Timeout {
-            what: "request",
-            timeout_ms,
-        }),
-        Ok(Err(_)) => Err(ClientError::ConnectionClosed {
-            addr: addr.to_string(),
-        }),
+        Err(_) => {
+            conn.shutdown.close();
+            Err(ClientError::Timeout {
+                what: "request",
+                timeout_ms,
+            })
+        }
+        Ok(Err(_)) => Err(conn.closed_error()),
         Ok(Ok(reply)) => reply,
     }
 }
 
 async fn write_loop(
-    mut socket: OwnedWriteHalf,
+    mut socket: WriteSide,
     mut queue: mpsc::Receiver<Outgoing>,
     pending: mpsc::UnboundedSender<Pending>,
     shutdown: Arc<Shutdown>,
@@ -275,9 +324,11 @@ async fn write_loop(
                     _permit: outgoing._permit,
                 };
                 if let Err(mpsc::error::SendError(entry)) = pending.send(entry) {
-                    let _ = entry
-                        .reply
-                        .send(Err(ClientError::ConnectionClosed { addr: addr.clone() }));
+                    // The reader ended: say why when it knows.
+                    let error = shutdown
+                        .reason()
+                        .unwrap_or_else(|| ClientError::ConnectionClosed { addr: addr.clone() });
+                    let _ = entry.reply.send(Err(error));
                 }
             } else {
                 written.push((outgoing.reply, outgoing._permit));
@@ -287,13 +338,14 @@ async fn write_loop(
             for (reply, _permit) in written.drain(..) {
                 let _ = reply.send(Err(ClientError::io(&addr, clone_io(&e))));
             }
-            break ClientError::io(&addr, e);
+            break crate::tls::io_error(&addr, e);
         }
         for (reply, _permit) in written.drain(..) {
             let _ = reply.send(Ok(None));
         }
     };
-    shutdown.close();
+    shutdown.close_with(&failure);
+    let failure = shutdown.reason().unwrap_or(failure);
     queue.close();
     while let Ok(outgoing) = queue.try_recv() {
         let _ = outgoing.reply.send(Err(failure.clone()));
@@ -306,7 +358,7 @@ fn clone_io(e: &std::io::Error) -> std::io::Error {
 }
 
 /// Writes every chunk, in order, with vectored writes; empties `chunks`.
-async fn write_chunks(socket: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> std::io::Result<()> {
+async fn write_chunks(socket: &mut WriteSide, chunks: &mut Vec<Bytes>) -> std::io::Result<()> {
     let mut first = 0;
     while first < chunks.len() {
         let slices: Vec<IoSlice<'_>> = chunks[first..]
@@ -333,11 +385,12 @@ async fn write_chunks(socket: &mut OwnedWriteHalf, chunks: &mut Vec<Bytes>) -> s
         }
     }
     chunks.clear();
-    Ok(())
+    // TLS: rustls may still hold encrypted records of the last write (a no-op for TCP).
+    socket.flush().await
 }
 
 async fn read_loop(
-    mut socket: OwnedReadHalf,
+    mut socket: ReadSide,
     mut pending: mpsc::UnboundedReceiver<Pending>,
     frame_size_bytes_max: u32,
     shutdown: Arc<Shutdown>,
@@ -354,7 +407,8 @@ async fn read_loop(
             Err(e) => break e,
         }
     };
-    shutdown.close();
+    shutdown.close_with(&failure);
+    let failure = shutdown.reason().unwrap_or(failure);
     pending.close();
     while let Ok(entry) = pending.try_recv() {
         let _ = entry.reply.send(Err(failure.clone()));
@@ -469,7 +523,7 @@ impl FrameReader {
         }
     }
 
-    async fn fill(&mut self, socket: &mut OwnedReadHalf, wanted: usize, addr: &str) -> Result<()> {
+    async fn fill(&mut self, socket: &mut ReadSide, wanted: usize, addr: &str) -> Result<()> {
         while self.buf.len() < wanted {
             if self.buf.capacity() - self.buf.len() < 4096 {
                 self.buf
@@ -482,13 +536,13 @@ impl FrameReader {
                     })
                 }
                 Ok(_) => {}
-                Err(e) => return Err(ClientError::io(addr, e)),
+                Err(e) => return Err(crate::tls::io_error(addr, e)),
             }
         }
         Ok(())
     }
 
-    async fn next(&mut self, socket: &mut OwnedReadHalf, addr: &str) -> Result<Response> {
+    async fn next(&mut self, socket: &mut ReadSide, addr: &str) -> Result<Response> {
         self.fill(socket, FRAME_HEADER_SIZE_BYTES, addr).await?;
         let header = FrameHeader::decode(
             &self.buf[..FRAME_HEADER_SIZE_BYTES],
@@ -514,7 +568,7 @@ impl FrameReader {
                     })
                 }
                 Ok(_) => {}
-                Err(e) => return Err(ClientError::io(addr, e)),
+                Err(e) => return Err(crate::tls::io_error(addr, e)),
             }
         }
         let frame = Bytes::from_owner(Pooled {
@@ -644,7 +698,9 @@ mod tests {
     #[tokio::test]
     async fn pipelined_requests_complete_in_order_with_their_payloads() {
         let addr = echo_peer().await;
-        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20, None)
+            .await
+            .unwrap();
         let mut receivers = Vec::new();
         for i in 0..100u32 {
             let mut request = Request::new(ApiKey::Metadata, vec![1, 2, 3]);
@@ -655,7 +711,7 @@ mod tests {
             receivers.push(conn.submit(request).await.unwrap());
         }
         for (i, r) in receivers.into_iter().enumerate() {
-            let frame = await_reply(r, 5000, &addr).await.unwrap().unwrap();
+            let frame = await_reply(r, 5000, &conn).await.unwrap().unwrap();
             assert_eq!(&frame.payload[..4], &(i as u32).to_le_bytes());
             assert_eq!(&frame.payload[4..], b"xy");
             assert_eq!(frame.header.correlation_id, i as u32 + 1);
@@ -665,7 +721,9 @@ mod tests {
     #[tokio::test]
     async fn large_frames_use_pooled_buffers_and_interleave_with_small_ones() {
         let addr = echo_peer().await;
-        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20, None)
+            .await
+            .unwrap();
         for round in 0..3u8 {
             let mut receivers = Vec::new();
             for i in 0..6u8 {
@@ -679,7 +737,7 @@ mod tests {
                 receivers.push((i, size, conn.submit(request).await.unwrap()));
             }
             for (i, size, r) in receivers {
-                let frame = await_reply(r, 5000, &addr).await.unwrap().unwrap();
+                let frame = await_reply(r, 5000, &conn).await.unwrap().unwrap();
                 assert_eq!(&frame.message[..], &[i]);
                 assert_eq!(frame.payload.len(), size);
                 assert!(frame.payload.iter().all(|b| *b == round ^ i));
@@ -714,7 +772,9 @@ mod tests {
     #[tokio::test]
     async fn error_response_maps_to_typed_error_and_no_response_requests_complete_on_write() {
         let addr = echo_peer().await;
-        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20, None)
+            .await
+            .unwrap();
         let err = conn
             .call(Request::new(ApiKey::DescribeConfigs, vec![9]), 5000)
             .await
@@ -743,7 +803,9 @@ mod tests {
             let _ = socket.read(&mut buf).await;
             drop(socket);
         });
-        let conn = Connection::connect(&addr, 1000, 8, 1 << 20).await.unwrap();
+        let conn = Connection::connect(&addr, 1000, 8, 1 << 20, None)
+            .await
+            .unwrap();
         let err = conn
             .call(Request::new(ApiKey::Metadata, vec![1]), 5000)
             .await
@@ -757,12 +819,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_timeout_closes_the_connection_and_frees_its_slots() {
+        // A peer that takes requests and never answers (a paused broker).
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            while socket.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        });
+        let conn = Connection::connect(&addr, 1000, 2, 1 << 20, None)
+            .await
+            .unwrap();
+        let other = conn
+            .submit(Request::new(ApiKey::Metadata, vec![1]))
+            .await
+            .unwrap();
+        let err = conn
+            .call(Request::new(ApiKey::Metadata, vec![2]), 100)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ClientError::Timeout { .. }), "{err}");
+        assert!(conn.is_closed(), "a timed-out connection is replaced");
+        // The other request in flight fails at once instead of waiting out its timeout.
+        let other = tokio::time::timeout(Duration::from_secs(5), other)
+            .await
+            .expect("failed at once")
+            .unwrap();
+        assert!(other.is_err_and(|e| e.is_retriable()));
+        // Its slots are free: a submit does not wait for one (it fails: closed).
+        let again = tokio::time::timeout(
+            Duration::from_secs(5),
+            conn.submit(Request::new(ApiKey::Metadata, vec![3])),
+        )
+        .await
+        .expect("no wait for a slot");
+        assert!(again.is_err());
+    }
+
+    #[tokio::test]
     async fn connect_refused_is_a_retriable_io_error() {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let err = Connection::connect(&format!("127.0.0.1:{port}"), 1000, 1, 1 << 20)
+        let err = Connection::connect(&format!("127.0.0.1:{port}"), 1000, 1, 1 << 20, None)
             .await
             .err()
             .unwrap();

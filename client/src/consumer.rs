@@ -15,7 +15,7 @@ use borges_protocol::{wire, ApiKey, ErrorCode};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::admin::list_offsets;
+use crate::admin::{list_offsets, list_offsets_until};
 use crate::client::ClientCore;
 use crate::codec::obj;
 use crate::codec::{self, decode};
@@ -865,7 +865,8 @@ impl Consumer {
                 unset[0].0
             )));
         }
-        match list_offsets(&self.core, &unset).await {
+        // One attempt: `poll` retries through its own back-off and metadata refresh.
+        match list_offsets_until(&self.core, &unset, Instant::now()).await {
             Ok(listed) => {
                 for l in listed {
                     let position = l.offset.max(0);
@@ -972,7 +973,10 @@ impl Consumer {
         let message = fetch_request(&self.config, &sent.partitions);
         let timeout_ms = self.core.config.request_timeout_ms + self.config.fetch_max_wait_ms;
         let submitted = match self.core.connection(&sent.addr).await {
-            Ok(conn) => conn.submit(Request::new(ApiKey::Fetch, message)).await,
+            Ok(conn) => conn
+                .submit(Request::new(ApiKey::Fetch, message))
+                .await
+                .map(|r| (conn, r)),
             Err(e) => Err(e),
         };
         self.in_flight.insert(sent.addr.clone(), ());
@@ -984,9 +988,14 @@ impl Consumer {
                     reply: Err(e),
                 });
             }
-            Ok(receiver) => {
+            Ok((conn, receiver)) => {
+                let core = self.core.clone();
                 tokio::spawn(async move {
-                    let reply = await_reply(receiver, timeout_ms, &sent.addr).await;
+                    let reply = await_reply(receiver, timeout_ms, &conn).await;
+                    drop(conn);
+                    if matches!(reply, Err(ClientError::Timeout { .. })) {
+                        core.suspect_unresponsive(&sent.addr);
+                    }
                     let _ = tx.send(FetchDone { sent, reply });
                 });
             }

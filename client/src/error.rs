@@ -34,6 +34,26 @@ pub enum ClientError {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// The TLS handshake with a broker failed (a certificate that does not verify, a broker
+    /// that does not speak TLS, a refused client certificate), or TLS files could not be used.
+    #[error("TLS with {addr}: {message}")]
+    Tls {
+        /// The address (`host:port`) of the peer, or the file.
+        addr: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// SASL authentication with a broker failed on the client's side (the broker's own refusals
+    /// are [`ClientError::Broker`] with `SaslAuthenticationFailed` and friends): the broker's
+    /// SCRAM answer does not verify, for example its signature (it does not hold the
+    /// credential).
+    #[error("SASL authentication with {addr}: {message}")]
+    Authentication {
+        /// The address (`host:port`) of the peer.
+        addr: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A connection closed while requests were in flight on it.
     #[error("connection to {addr} closed")]
     ConnectionClosed {
@@ -140,7 +160,9 @@ impl ClientError {
     }
 
     /// Whether the client should refresh its metadata before retrying: the partition moved,
-    /// the topic is unknown, or the connection to its leader failed.
+    /// the topic is unknown, or the connection to its leader failed or stopped answering (a
+    /// request timeout: the broker may be paused or cut off while a new leader took over, as
+    /// Kafka's client disconnects and refreshes on a request timeout).
     pub fn needs_metadata_refresh(&self) -> bool {
         match self {
             ClientError::Broker { code, .. } => matches!(
@@ -153,6 +175,7 @@ impl ClientError {
             ),
             ClientError::Io { .. }
             | ClientError::ConnectionClosed { .. }
+            | ClientError::Timeout { .. }
             | ClientError::NoBrokerAvailable { .. } => true,
             _ => false,
         }
@@ -215,11 +238,15 @@ mod tests {
         assert!(io.is_retriable());
         assert!(io.needs_metadata_refresh());
         assert!(!ClientError::InvalidArgument("x".into()).is_retriable());
-        assert!(ClientError::Timeout {
+        let timeout = ClientError::Timeout {
             what: "x",
-            timeout_ms: 1
-        }
-        .is_retriable());
+            timeout_ms: 1,
+        };
+        assert!(timeout.is_retriable());
+        assert!(
+            timeout.needs_metadata_refresh(),
+            "a paused leader answers nothing"
+        );
     }
 
     #[test]

@@ -41,13 +41,18 @@ mod group;
 mod metadata;
 mod producer;
 mod retry;
+mod sasl;
+mod tls;
 mod types;
 
 pub use admin::Admin;
-pub use config::{Acks, ClientConfig, Compression, ConsumerConfig, OffsetReset, ProducerConfig};
+pub use config::{
+    Acks, ClientConfig, Compression, ConsumerConfig, OffsetReset, ProducerConfig, TlsConfig,
+};
 pub use consumer::{Consumer, RebalanceListener};
 pub use error::{ClientError, Result};
 pub use producer::{DeliveryFuture, Producer};
+pub use sasl::SaslConfig;
 pub use types::{
     AlterConfig, ConfigEntry, ConfigSource, ConsumerRecord, GroupCoordinator, GroupDescription,
     GroupListing, GroupState, ListedOffset, MemberDescription, NewTopic, Offset, OffsetSpec,

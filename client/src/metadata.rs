@@ -134,6 +134,38 @@ impl ClusterMetadata {
         }
     }
 
+    /// `newer` with the partitions that `self` knows at a higher leader epoch (same topic id)
+    /// kept as `self` has them (KIP-320's rule): a broker that was paused or cut off answers
+    /// metadata from before the leader moved, and taking it would send requests back to the
+    /// deposed leader.
+    pub fn keeping_newer_epochs(&self, mut newer: ClusterMetadata) -> ClusterMetadata {
+        for (name, fresh) in &mut newer.topics {
+            let Some(known) = self.topics.get(name) else {
+                continue;
+            };
+            if known.topic_id != fresh.topic_id || fresh.error.is_some() {
+                continue;
+            }
+            for p in &mut fresh.partitions {
+                if let Some(k) = known.partition(p.info.partition) {
+                    if k.info.leader_epoch > p.info.leader_epoch {
+                        *p = k.clone();
+                    }
+                }
+            }
+        }
+        newer
+    }
+
+    /// The main address of the broker that `addr` (its main listener or one of its cores)
+    /// belongs to.
+    pub fn broker_of(&self, addr: &str) -> Option<&str> {
+        self.brokers
+            .values()
+            .find(|b| b.addr == addr || b.cores.values().any(|a| a == addr))
+            .map(|b| b.addr.as_str())
+    }
+
     /// The address requests for `topic`/`partition` go to: the owning core's own port when
     /// `shard_aware` and the broker advertises it, otherwise the leader's main listener.
     /// `None` while the partition has no known leader.
@@ -279,6 +311,38 @@ pub(crate) mod tests {
         assert!(merged.topics.contains_key("t") && merged.topics.contains_key("u"));
         assert_eq!(merged.leader_addr("u", 0, true), Some("127.0.0.1:9300"));
         assert_eq!(join_host_port("::1", 5), "[::1]:5");
+    }
+
+    #[test]
+    fn metadata_from_before_a_leader_moved_does_not_replace_newer_epochs() {
+        let with_epoch = |leader: i32, epoch: i32, topic_id: u64| {
+            let mut r = response("t", 2);
+            let t = &mut r.topics.as_mut().unwrap()[0];
+            t.topic_id = Some(obj!(wire::UuidT {
+                hi: topic_id,
+                lo: 2
+            }));
+            for p in t.partitions.as_mut().unwrap() {
+                if p.partition == 0 {
+                    p.leader_id = leader;
+                    p.leader_epoch = epoch;
+                }
+            }
+            ClusterMetadata::from_response(r).unwrap()
+        };
+        let known = with_epoch(2, 5, 1);
+        // A deposed broker still names itself leader at epoch 4.
+        let kept = known.keeping_newer_epochs(with_epoch(1, 4, 1));
+        let p0 = kept.topics["t"].partition(0).unwrap();
+        assert_eq!((p0.info.leader, p0.info.leader_epoch), (2, 5));
+        // Newer epochs and other partitions are taken.
+        let taken = known.keeping_newer_epochs(with_epoch(3, 6, 1));
+        assert_eq!(taken.topics["t"].partition(0).unwrap().info.leader, 3);
+        // A recreated topic (another id) starts its epochs anew.
+        let recreated = known.keeping_newer_epochs(with_epoch(1, 0, 9));
+        assert_eq!(recreated.topics["t"].partition(0).unwrap().info.leader, 1);
+        assert_eq!(known.broker_of("127.0.0.1:9301"), Some("127.0.0.1:9292"));
+        assert_eq!(known.broker_of("127.0.0.1:1"), None);
     }
 
     #[test]

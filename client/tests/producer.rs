@@ -231,3 +231,33 @@ async fn buffer_memory_is_bounded_and_send_waits_for_it() {
     assert_eq!(producer.buffered_bytes(), 0);
     producer.close().await.unwrap();
 }
+
+/// A bootstrap broker that accepts connections and never answers (a paused process) is
+/// skipped: the metadata request times out there and goes on to the next address, and later
+/// requests try it last. Before, a metadata request stopped at the first timeout, so a paused
+/// broker first in the list kept every refresh (and the producer) waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_bootstrap_broker_is_passed_over() {
+    let broker = broker();
+    create_topic(&broker, "silent", 1).await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket); // accepted, never read or answered
+        }
+    });
+    let client = borges_client::ClientConfig::new(&format!("{silent_addr},{}", broker.bootstrap()))
+        .request_timeout_ms(500);
+    let producer = Producer::new(client, ProducerConfig::default())
+        .await
+        .expect("a producer despite the silent first address");
+    let meta = producer
+        .send(ProducerRecord::new("silent").value("v"))
+        .await
+        .expect("metadata through the second address")
+        .await
+        .expect("acknowledged");
+    assert_eq!(meta.offset, 0);
+}

@@ -74,5 +74,7 @@ fuzz_target!(|data: &[u8]| {
         OffsetForLeaderEpoch => OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse;
         CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
         InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
+        SaslHandshake => SaslHandshakeRequest, SaslHandshakeResponse;
+        SaslAuthenticate => SaslAuthenticateRequest, SaslAuthenticateResponse;
     );
 });

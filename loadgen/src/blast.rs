@@ -76,6 +76,38 @@ pub struct BlastArgs {
     /// Seconds to run (after one second of warm-up).
     #[arg(long, default_value_t = 10)]
     pub duration_s: u64,
+    /// Connect with TLS, verifying the broker against these CA certificates (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+/// The two directions of a blast connection, plain or TLS.
+type Sides = (
+    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+);
+
+async fn open(args: &BlastArgs) -> Result<Sides> {
+    let stream = TcpStream::connect(&args.target)
+        .await
+        .with_context(|| format!("connecting to {}", args.target))?;
+    stream.set_nodelay(true)?;
+    let Some(ca) = &args.tls_ca else {
+        let (rx, tx) = stream.into_split();
+        return Ok((Box::new(rx), Box::new(tx)));
+    };
+    let config = borges_client::TlsConfig::new(ca).rustls_config()?;
+    let host = args
+        .target
+        .rsplit_once(':')
+        .map_or(&*args.target, |(h, _)| h);
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .with_context(|| format!("TLS handshake with {}", args.target))?;
+    let (rx, tx) = tokio::io::split(tls);
+    Ok((Box::new(rx), Box::new(tx)))
 }
 
 fn produce_frame(args: &BlastArgs) -> Result<BytesMut> {
@@ -184,11 +216,7 @@ async fn connection(
     deadline: Instant,
     warm_until: Instant,
 ) -> Result<Counts> {
-    let stream = TcpStream::connect(&args.target)
-        .await
-        .with_context(|| format!("connecting to {}", args.target))?;
-    stream.set_nodelay(true)?;
-    let (mut rx, mut tx) = stream.into_split();
+    let (mut rx, mut tx) = open(&args).await?;
     let window = std::sync::Arc::new(Semaphore::new(args.in_flight.max(1)));
     let expect_reply = !(args.kind == BlastKind::Produce && args.acks == 0);
     let frame = frame.freeze();
@@ -201,6 +229,8 @@ async fn connection(
                 w.acquire().await?.forget();
             }
             tx.write_all(&frame).await?;
+            // TLS: rustls may still hold the frame's last records.
+            tx.flush().await?;
             if Instant::now() >= warm_until {
                 sent += 1;
             }
@@ -255,7 +285,9 @@ async fn resolve_offset(args: &BlastArgs) -> Result<i64> {
         .bootstrap
         .as_deref()
         .context("--offset-from-end needs --bootstrap")?;
-    let admin = borges_client::Admin::new(borges_client::ClientConfig::new(bootstrap)).await?;
+    let tls = args.tls_ca.clone().map(borges_client::TlsConfig::new);
+    let admin =
+        borges_client::Admin::new(borges_client::ClientConfig::new(bootstrap).tls(tls)).await?;
     let tp = borges_client::TopicPartition::new(args.topic.as_str(), args.partition);
     let listed = admin
         .list_offsets(vec![(tp, borges_client::OffsetSpec::Latest)])

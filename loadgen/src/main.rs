@@ -106,6 +106,15 @@ struct RunArgs {
     /// owns the partition (measures the cross-core forwarding path).
     #[arg(long)]
     no_shard_aware: bool,
+    /// Borges driver: connect with TLS, verifying brokers against these CAs (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Borges driver: client certificate (PEM) for mTLS, with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Borges driver: private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -156,7 +165,12 @@ fn run(args: RunArgs) -> Result<()> {
         DriverKind::Kafka => Box::new(KafkaDriver::new(&args.bootstrap, runtime.handle().clone())),
         DriverKind::Borges => Box::new(
             BorgesDriver::new(&args.bootstrap, runtime.handle().clone())?
-                .shard_aware(!args.no_shard_aware),
+                .shard_aware(!args.no_shard_aware)
+                .tls(args.tls_ca.clone().map(|ca| borges_client::TlsConfig {
+                    ca_file: ca,
+                    cert_file: args.tls_cert.clone(),
+                    key_file: args.tls_key.clone(),
+                })),
         ),
     };
     let broker_pid = if args.no_broker_stats {

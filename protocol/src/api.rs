@@ -93,6 +93,10 @@ api_keys! {
     CreatePartitions = 17, versions = 0..=0, served = true;
     /// A producer id and epoch for an idempotent producer.
     InitProducerId = 18, versions = 0..=0, served = true;
+    /// SASL: choose a mechanism at the start of a connection.
+    SaslHandshake = 19, versions = 0..=0, served = true;
+    /// SASL: one round of the mechanism's exchange (SCRAM: two rounds).
+    SaslAuthenticate = 20, versions = 0..=0, served = true;
 }
 
 impl std::fmt::Display for ApiKey {

@@ -153,6 +153,19 @@ error_codes! {
     /// broker's `disk_free_bytes_min` free. Nothing was written; reads still work, and writes
     /// resume by themselves once space is freed.
     DiskFull = 48, retriable = true, "log directory read-only: disk full";
+    /// The listener speaks only TLS and the client sent plaintext: the broker answers this one
+    /// frame in plaintext, then closes the connection.
+    TlsRequired = 49, retriable = false, "this listener requires TLS";
+    /// SaslHandshake named a mechanism the broker does not enable; the response lists those
+    /// it does.
+    UnsupportedSaslMechanism = 50, retriable = false, "unsupported SASL mechanism";
+    /// A request out of the SASL sequence: anything but ApiVersions and the SASL requests before
+    /// authentication (the connection closes), SaslAuthenticate before SaslHandshake, SASL
+    /// requests after authentication or on a broker without SASL.
+    IllegalSaslState = 51, retriable = false, "request out of the SASL sequence";
+    /// SASL authentication failed: unknown user or wrong password (the broker does not say
+    /// which), a malformed or replayed exchange; the message says what it may.
+    SaslAuthenticationFailed = 52, retriable = false, "SASL authentication failed";
 }
 
 impl std::fmt::Display for ErrorCode {

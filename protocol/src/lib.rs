@@ -12,6 +12,7 @@
 //! - [`error`]: the wire [`ErrorCode`] enum and the crate's [`DecodeError`].
 //! - [`partitioner`]: Kafka's murmur2 keyed partitioner.
 //! - [`rewrite`]: a batch rebuilt with a subset of its records (log compaction).
+//! - [`scram`]: SASL SCRAM-SHA-256/512 messages, key derivation and state machines.
 
 #![warn(missing_docs)]
 
@@ -24,6 +25,7 @@ pub mod message;
 pub mod partitioner;
 pub mod records;
 pub mod rewrite;
+pub mod scram;
 pub mod varint;
 
 #[allow(

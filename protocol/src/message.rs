@@ -149,6 +149,8 @@ api_roots! {
     OffsetForLeaderEpoch => OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse;
     CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
     InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
+    SaslHandshake => SaslHandshakeRequest, SaslHandshakeResponse;
+    SaslAuthenticate => SaslAuthenticateRequest, SaslAuthenticateResponse;
 }
 
 /// A [`wire::PayloadRange`] for `length` bytes at `offset` in the payload region, checked to fit

@@ -32,7 +32,7 @@ macro_rules! gen_scalars {
         }
     } } )* };
 }
-gen_scalars!(i8, i16, i32, i64, u16, u32, u64);
+gen_scalars!(i8, u8, i16, i32, i64, u16, u32, u64);
 
 impl Gen for bool {
     fn gen(rng: &mut StdRng) -> Self {
@@ -153,6 +153,10 @@ gen_tables! {
     InitProducerIdResponseT {
         error_code, error_message, throttle_time_ms, producer_id, producer_epoch
     },
+    SaslAuthenticateRequestT { auth_bytes },
+    SaslAuthenticateResponseT { error_code, error_message, auth_bytes, session_lifetime_ms },
+    SaslHandshakeRequestT { mechanism },
+    SaslHandshakeResponseT { error_code, error_message, mechanisms },
     ListGroupsRequestT { states_filter },
     ListGroupsResponseT { error_code, error_message, groups },
     ListOffsetsPartitionT { partition, current_leader_epoch, timestamp },
@@ -301,6 +305,14 @@ round_trips! {
         InitProducerId => InitProducerIdRequestT, InitProducerIdRequest, request;
     init_producer_id_response:
         InitProducerId => InitProducerIdResponseT, InitProducerIdResponse, response;
+    sasl_handshake_request:
+        SaslHandshake => SaslHandshakeRequestT, SaslHandshakeRequest, request;
+    sasl_handshake_response:
+        SaslHandshake => SaslHandshakeResponseT, SaslHandshakeResponse, response;
+    sasl_authenticate_request:
+        SaslAuthenticate => SaslAuthenticateRequestT, SaslAuthenticateRequest, request;
+    sasl_authenticate_response:
+        SaslAuthenticate => SaslAuthenticateResponseT, SaslAuthenticateResponse, response;
 }
 
 #[test]

@@ -1,7 +1,18 @@
 //! The cluster's metadata state machine: the broker lifecycle (registration, fencing,
-//! controlled shutdown), leader election from the ISR, ISR changes (AlterPartition), replica
+//! controlled shutdown), leader election (from the ISR, then from the eligible leader replicas
+//! of KIP-966, then, only where a topic enables `unclean.leader.election.enable`, from any
+//! running replica), ISR changes (AlterPartition), preferred-leader election, replica
 //! placement, and [`ClusterMetadata`], the [`StateMachine`] every member applies the metadata
 //! log into.
+//!
+//! Eligible leader replicas (ELR, KIP-966): a replica that leaves the ISR while the ISR is
+//! (then) smaller than the topic's `min.insync.replicas` joins the partition's ELR. The leader's
+//! high watermark does not advance while the ISR is below `min.insync.replicas`
+//! (`replica::LeaderState`), and a replica in the ISR is never behind the high watermark, so an
+//! ELR member holds every record below it: electing it loses nothing acknowledged with
+//! acks=all. The ISR may therefore become empty (its last member fenced); the ELR then names
+//! who may lead. The ELR is cleared once the ISR is back at `min.insync.replicas`; a member
+//! that rejoins the ISR leaves it.
 //!
 //! Everything here is deterministic: every member applies the same commands in the same order
 //! and arrives at the same image. Validation that depends on the image (a topic that exists
@@ -50,6 +61,7 @@ pub(crate) fn apply_broker_change(
             move_leadership_off(next, *id, true);
         }
         MetadataChange::AlterPartition(alter) => alter_partition(next, alter)?,
+        MetadataChange::ElectPreferredLeaders => elect_preferred_leaders(next),
         MetadataChange::AllocateProducerIds { broker, size } => {
             if *size <= 0 || !next.brokers.contains_key(broker) {
                 return Err(MetadataError::Broker(format!(
@@ -91,53 +103,232 @@ fn set_state(
     Ok(())
 }
 
-/// Gives the partitions `gone` leads a new leader: the first running ISR member in replica
-/// order, else none (Kafka keeps the last ISR member and waits for it; no unclean election).
-/// With `shrink`, `gone` also leaves every ISR it is in, unless it is the last member.
-fn move_leadership_off(next: &mut MetadataImage, gone: i32, shrink: bool) {
-    let running: Vec<i32> = next
-        .brokers
+/// The topic configs leader election reads (deterministic: from the image alone).
+#[derive(Debug, Clone, Copy)]
+struct ElectionRules {
+    /// `min.insync.replicas` (default 1).
+    min_isr: usize,
+    /// `unclean.leader.election.enable` (default false).
+    unclean: bool,
+}
+
+impl ElectionRules {
+    fn of(configs: &BTreeMap<String, String>) -> ElectionRules {
+        ElectionRules {
+            min_isr: configs
+                .get("min.insync.replicas")
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(1)
+                .max(1),
+            unclean: configs
+                .get("unclean.leader.election.enable")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+        }
+    }
+}
+
+/// Where a new leader came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Election {
+    /// An ISR member (clean).
+    Isr(i32),
+    /// An eligible leader replica, the ISR being empty (clean: it has the committed data).
+    Elr(i32),
+    /// Any running replica although no ISR or ELR member runs: possible data loss.
+    Unclean(i32),
+    /// No replica may lead.
+    Nobody,
+}
+
+/// Chooses a leader among `running` brokers: the first ISR member in replica order; when the
+/// ISR is empty, the first ELR member; when no ISR or ELR member runs and the topic enables
+/// unclean election, the first running replica.
+fn choose_leader(p: &PartitionRecord, running: &[i32], rules: ElectionRules) -> Election {
+    let runs = |r: &i32| running.contains(r);
+    if let Some(r) = p.replicas.iter().find(|r| p.isr.contains(r) && runs(r)) {
+        return Election::Isr(*r);
+    }
+    if p.isr.is_empty() {
+        if let Some(r) = p.replicas.iter().find(|r| p.elr.contains(r) && runs(r)) {
+            return Election::Elr(*r);
+        }
+    }
+    if rules.unclean && !p.isr.iter().chain(&p.elr).any(runs) {
+        if let Some(r) = p.replicas.iter().find(|r| runs(r)) {
+            return Election::Unclean(*r);
+        }
+    }
+    Election::Nobody
+}
+
+/// Makes `election` the partition's leader (bumping the leader epoch). A leader from the ELR
+/// or an unclean one is the whole new ISR.
+fn elect(
+    next_unclean: &mut u64,
+    topic: &str,
+    index: usize,
+    p: &mut PartitionRecord,
+    election: Election,
+) {
+    match election {
+        Election::Isr(r) => set_leader(p, r),
+        Election::Elr(r) => {
+            set_leader(p, r);
+            p.isr = vec![r];
+            tracing::info!(
+                topic,
+                partition = index,
+                leader = r,
+                "leader elected from the ELR"
+            );
+        }
+        Election::Unclean(r) => {
+            set_leader(p, r);
+            p.isr = vec![r];
+            p.elr.clear();
+            p.last_known_elr.clear();
+            *next_unclean += 1;
+            tracing::warn!(
+                topic,
+                partition = index,
+                leader = r,
+                "unclean leader election (unclean.leader.election.enable): records acknowledged \
+                 by the previous ISR may be lost"
+            );
+        }
+        Election::Nobody => set_leader(p, NO_LEADER),
+    }
+}
+
+/// Removes `gone` from the ISR; if the ISR is then below `min.insync.replicas` it joins the
+/// ELR (it held every record below the high watermark, which stops advancing).
+fn leave_isr(p: &mut PartitionRecord, gone: i32, rules: ElectionRules) {
+    p.isr.retain(|&r| r != gone);
+    if p.isr.len() < rules.min_isr && !p.elr.contains(&gone) {
+        p.elr.push(gone);
+    }
+}
+
+/// KIP-966's invariants: ELR members are not in the ISR, and there is no ELR while the ISR is
+/// at least `min.insync.replicas` (the high watermark advances without them).
+fn settle_elr(p: &mut PartitionRecord, rules: ElectionRules) {
+    let isr = p.isr.clone();
+    p.elr.retain(|r| !isr.contains(r));
+    if p.isr.len() >= rules.min_isr {
+        p.elr.clear();
+        p.last_known_elr.clear();
+    }
+}
+
+/// The running brokers, without `except`.
+fn running_brokers(next: &MetadataImage, except: Option<i32>) -> Vec<i32> {
+    next.brokers
         .values()
-        .filter(|b| b.state == BrokerState::Running && b.registration.id != gone)
+        .filter(|b| b.state == BrokerState::Running && Some(b.registration.id) != except)
         .map(|b| b.registration.id)
-        .collect();
+        .collect()
+}
+
+/// Gives the partitions `gone` leads a new leader ([`choose_leader`]). With `shrink`, `gone`
+/// also leaves every ISR it is in (into the ELR where the ISR falls below
+/// `min.insync.replicas`), so an ISR may become empty.
+fn move_leadership_off(next: &mut MetadataImage, gone: i32, shrink: bool) {
+    let running = running_brokers(next, Some(gone));
+    let mut unclean = next.unclean_leader_elections;
     for t in next.topics.values_mut() {
-        for p in t.partitions.iter_mut() {
+        let rules = ElectionRules::of(&t.configs);
+        for (i, p) in t.partitions.iter_mut().enumerate() {
             if !p.replicas.contains(&gone) || p.replica_cores.is_empty() {
                 continue;
             }
             let mut changed = false;
-            if shrink && p.isr.len() > 1 && p.isr.contains(&gone) {
-                p.isr.retain(|&r| r != gone);
+            if shrink && p.isr.contains(&gone) {
+                leave_isr(p, gone, rules);
                 changed = true;
             }
             if p.leader == gone {
-                let leader = p
-                    .replicas
-                    .iter()
-                    .copied()
-                    .find(|r| p.isr.contains(r) && running.contains(r))
-                    .unwrap_or(NO_LEADER);
-                set_leader(p, leader);
+                let election = choose_leader(p, &running, rules);
+                elect(&mut unclean, &t.name, i, p, election);
                 changed = true;
             }
             if changed {
+                settle_elr(p, rules);
+                p.partition_epoch += 1;
+            }
+        }
+    }
+    next.unclean_leader_elections = unclean;
+}
+
+/// A broker that is running again: the leaderless partitions it holds a replica of get a
+/// leader if one may lead now ([`choose_leader`]: it, as an ISR or ELR member, or as an
+/// unclean choice where the topic allows it).
+fn elect_leaderless(next: &mut MetadataImage, id: i32) {
+    elect_offline(next, |_, p| p.replicas.contains(&id));
+}
+
+/// A topic's configs changed: its leaderless partitions get a leader if one may lead now
+/// (Kafka elects at once when `unclean.leader.election.enable` is turned on).
+pub(crate) fn elect_offline_of_topic(next: &mut MetadataImage, topic: &str) {
+    elect_offline(next, |t, _| t == topic);
+}
+
+/// The leaderless partitions (cluster mode) that `which` selects get a leader if one may lead.
+fn elect_offline(next: &mut MetadataImage, which: impl Fn(&str, &PartitionRecord) -> bool) {
+    let running = running_brokers(next, None);
+    let mut unclean = next.unclean_leader_elections;
+    for t in next.topics.values_mut() {
+        let rules = ElectionRules::of(&t.configs);
+        for (i, p) in t.partitions.iter_mut().enumerate() {
+            if p.leader != NO_LEADER || p.replica_cores.is_empty() || !which(&t.name, p) {
+                continue;
+            }
+            let election = choose_leader(p, &running, rules);
+            if election != Election::Nobody {
+                elect(&mut unclean, &t.name, i, p, election);
+                settle_elr(p, rules);
+                p.partition_epoch += 1;
+            }
+        }
+    }
+    next.unclean_leader_elections = unclean;
+}
+
+/// Preferred-leader election (Kafka's `auto.leader.rebalance.enable` round, or
+/// `kafka-leader-election.sh --election-type preferred` for every partition): a partition whose
+/// first replica runs, is in the ISR and does not lead gets it back as leader.
+fn elect_preferred_leaders(next: &mut MetadataImage) {
+    let running = running_brokers(next, None);
+    for t in next.topics.values_mut() {
+        for p in t.partitions.iter_mut() {
+            if let Some(preferred) = preferred_ready(p, &running) {
+                set_leader(p, preferred);
                 p.partition_epoch += 1;
             }
         }
     }
 }
 
-/// A broker that is running again leads the leaderless partitions whose ISR it is in.
-fn elect_leaderless(next: &mut MetadataImage, id: i32) {
-    for t in next.topics.values_mut() {
-        for p in t.partitions.iter_mut() {
-            if p.leader == NO_LEADER && p.isr.contains(&id) && !p.replica_cores.is_empty() {
-                set_leader(p, id);
-                p.partition_epoch += 1;
-            }
-        }
-    }
+/// The partition's preferred (first) replica, if it runs, is in the ISR and does not lead.
+fn preferred_ready(p: &PartitionRecord, running: &[i32]) -> Option<i32> {
+    let preferred = *p.replicas.first()?;
+    let ready = !p.replica_cores.is_empty()
+        && p.leader != preferred
+        && p.isr.contains(&preferred)
+        && running.contains(&preferred);
+    ready.then_some(preferred)
+}
+
+/// Partitions whose preferred replica could lead again now (what an `ElectPreferredLeaders`
+/// command would move).
+pub fn preferred_leader_imbalance(image: &MetadataImage) -> usize {
+    let running = running_brokers(image, None);
+    image
+        .topics
+        .values()
+        .flat_map(|t| &t.partitions)
+        .filter(|p| preferred_ready(p, &running).is_some())
+        .count()
 }
 
 fn set_leader(p: &mut PartitionRecord, leader: i32) {
@@ -173,6 +364,7 @@ fn alter_partition(next: &mut MetadataImage, a: &AlterPartition) -> Result<(), M
         ));
     }
     let t = next.topic_mut(&a.topic)?;
+    let rules = ElectionRules::of(&t.configs);
     let p = t.partitions.get_mut(a.partition as usize).ok_or_else(|| {
         refuse(
             ErrorCode::UnknownTopicOrPartition,
@@ -212,9 +404,20 @@ fn alter_partition(next: &mut MetadataImage, a: &AlterPartition) -> Result<(), M
             ),
         ));
     }
-    p.isr = a.isr.clone();
-    p.partition_epoch += 1;
+    set_isr(p, &a.isr, rules);
     Ok(())
+}
+
+/// A committed AlterPartition: the new ISR; members it drops while it is below
+/// `min.insync.replicas` join the ELR, members it adds leave it.
+fn set_isr(p: &mut PartitionRecord, isr: &[i32], rules: ElectionRules) {
+    let removed: Vec<i32> = p.isr.iter().copied().filter(|r| !isr.contains(r)).collect();
+    p.isr = isr.to_vec();
+    for r in removed {
+        leave_isr(p, r, rules);
+    }
+    settle_elr(p, rules);
+    p.partition_epoch += 1;
 }
 
 /// Places `count` new partitions with `rf` replicas each on distinct running brokers. Leaders

@@ -12,14 +12,22 @@
 //! - [`metadata`]: the metadata image and its changes; [`cluster`]: the broker lifecycle,
 //!   placement and the metadata state machine; [`format`]: `meta.properties`.
 //! - [`replica`]: partition replication as plain logic: leader state, acks, follower fetcher.
+//! - [`failure`]: a wire error code with a message, as requests answer them;
+//!   [`controller`]: metadata changes of a broker (its core 0), single node or through the
+//!   metadata log, and producer ids.
 
 // openraft's error types (StorageError, RPCError, RaftError) are large by design; results
 // carrying them are what its traits require.
 #![allow(clippy::result_large_err)]
 
+#[macro_use]
+mod assert;
+
 pub mod cluster;
+pub mod controller;
 pub mod disk;
 pub mod error;
+pub mod failure;
 pub mod format;
 pub mod link;
 pub mod log_store;

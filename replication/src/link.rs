@@ -32,8 +32,10 @@ pub struct LinkLimits {
     pub frame_size_bytes_max: u32,
     /// Connections a controller listener serves at once; more are closed at accept.
     pub connections_max: usize,
-    /// How long a caller waits to connect.
+    /// How long a caller waits to connect (and, with TLS, for the handshake).
     pub connect_timeout_ms: u64,
+    /// TLS on every link connection, both ways (the broker's `[tls]`); none: plaintext.
+    pub tls: Option<std::sync::Arc<borges_runtime::tls::TlsContext>>,
 }
 
 impl Default for LinkLimits {
@@ -42,7 +44,33 @@ impl Default for LinkLimits {
             frame_size_bytes_max: 16 << 20,
             connections_max: 256,
             connect_timeout_ms: 1000,
+            tls: None,
         }
+    }
+}
+
+/// Connects to a link peer at `addr` (`host:port`) within `limits.connect_timeout_ms`, with
+/// the TLS handshake when the link has TLS (the peer's certificate must name `host`).
+pub async fn connect(addr: &str, limits: &LinkLimits) -> Result<TcpStream, String> {
+    let sock = resolve(addr).map_err(|e| format!("{addr}: {e}"))?;
+    let timeout = Duration::from_millis(limits.connect_timeout_ms);
+    let mut stream = match borges_runtime::time::timeout(timeout, TcpStream::connect(sock)).await {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return Err(format!("{addr}: {e}")),
+        None => return Err(format!("{addr}: connect timed out")),
+    };
+    let Some(tls) = &limits.tls else {
+        return Ok(stream);
+    };
+    let config = tls
+        .client()
+        .ok_or_else(|| format!("{addr}: TLS without a CA to verify the peer (tls.ca_file)"))?;
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let name = borges_runtime::tls::server_name(host).map_err(|e| format!("{addr}: {e}"))?;
+    match borges_runtime::time::timeout(timeout, stream.connect_tls(config, name)).await {
+        Some(Ok(())) => Ok(stream),
+        Some(Err(e)) => Err(format!("{addr}: {e}")),
+        None => Err(format!("{addr}: TLS handshake timed out")),
     }
 }
 
@@ -283,9 +311,14 @@ impl FrameConn {
     }
 }
 
-/// A blocking controller-link client (tools and tests), over `std::net`.
+/// A blocking byte stream: TCP, or TLS over it.
+trait BlockingStream: Read + Write + Send {}
+impl<T: Read + Write + Send> BlockingStream for T {}
+
+/// A blocking controller-link client (tools and tests), over `std::net` (TLS with
+/// [`LinkClient::connect_tls`]).
 pub struct LinkClient {
-    stream: std::net::TcpStream,
+    stream: Box<dyn BlockingStream>,
     decoder: FrameDecoder,
     buf: BytesMut,
     correlation_id: u32,
@@ -300,11 +333,34 @@ impl LinkClient {
         cluster_id: &str,
         timeout: Duration,
     ) -> Result<LinkClient, ReplicationError> {
+        Self::connect_tls(addr, cluster_id, timeout, None)
+    }
+
+    /// [`LinkClient::connect`], over TLS with `tls` when given (the listener's certificate
+    /// must name the host of `addr`).
+    pub fn connect_tls(
+        addr: &str,
+        cluster_id: &str,
+        timeout: Duration,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<LinkClient, ReplicationError> {
         let link = |e: std::io::Error| ReplicationError::Link(format!("{addr}: {e}"));
         let sock = resolve(addr).map_err(link)?;
         let stream = std::net::TcpStream::connect_timeout(&sock, timeout).map_err(link)?;
         stream.set_read_timeout(Some(timeout)).map_err(link)?;
+        stream.set_write_timeout(Some(timeout)).map_err(link)?;
         stream.set_nodelay(true).map_err(link)?;
+        let stream: Box<dyn BlockingStream> = match tls {
+            None => Box::new(stream),
+            Some(config) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                let name = borges_runtime::tls::server_name(host)
+                    .map_err(|e| ReplicationError::Link(format!("{addr}: {e}")))?;
+                let conn = rustls::ClientConnection::new(config, name)
+                    .map_err(|e| ReplicationError::Link(format!("{addr}: TLS: {e}")))?;
+                Box::new(rustls::StreamOwned::new(conn, stream))
+            }
+        };
         let mut client = LinkClient {
             stream,
             decoder: FrameDecoder::new(LinkLimits::default().frame_size_bytes_max),
@@ -334,6 +390,7 @@ impl LinkClient {
         let bytes = encode(key, 0, self.correlation_id, request)?;
         let io = |e: std::io::Error| ReplicationError::Link(e.to_string());
         self.stream.write_all(&bytes).map_err(io)?;
+        self.stream.flush().map_err(io)?;
         let frame = loop {
             match self.decoder.decode(&mut self.buf) {
                 Ok(Some(frame)) => break frame,

@@ -1,7 +1,8 @@
 //! One broker's membership of the cluster, on the Raft node's executor: the metadata quorum
 //! node ([`RaftNode`] over [`ClusterMetadata`]), writes forwarded to the active controller
 //! (the Raft leader), registration and heartbeats, and — while this node leads — the
-//! controller's duties: broker sessions, unfencing caught-up brokers, fencing expired ones.
+//! controller's duties: broker sessions, unfencing caught-up brokers, fencing expired ones,
+//! and the periodic preferred-leader election (Kafka's `auto.leader.rebalance.enable`).
 //!
 //! Sessions live in the active controller's memory only (as in KRaft): a new leader starts
 //! every registered broker's session afresh, so a failover never fences a live broker, and
@@ -15,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use borges_protocol::controller_link::ControllerApiKey;
 use borges_protocol::frame::Frame;
-use borges_runtime::net::TcpStream;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ChangeReply, ClusterMetadata};
@@ -38,6 +38,10 @@ pub struct MemberConfig {
     pub session_timeout_ms: u64,
     /// How long a metadata write waits for an active controller before it fails.
     pub request_timeout_ms: u64,
+    /// How often the active controller gives partitions their preferred (first) replica back
+    /// as leader, when it runs and is in the ISR; `None`: never (Kafka's
+    /// `auto.leader.rebalance.enable` and `leader.imbalance.check.interval.seconds`).
+    pub leader_rebalance_interval_ms: Option<u64>,
 }
 
 /// A broker's heartbeat.
@@ -76,6 +80,9 @@ struct Duties {
     /// Last heartbeat per broker id, for the term in `term`.
     sessions: RefCell<HashMap<i32, Instant>>,
     term: Cell<u64>,
+    /// Preferred-leader elections: how often, and when the last check was.
+    rebalance_interval: Option<Duration>,
+    rebalance_checked: Cell<Instant>,
 }
 
 impl Duties {
@@ -214,6 +221,35 @@ impl Duties {
     }
 }
 
+impl Duties {
+    /// Every `rebalance_interval`, while this node leads: if some partition's preferred
+    /// replica runs, is in the ISR and does not lead, commits `ElectPreferredLeaders`.
+    async fn rebalance_leaders(&self) {
+        let Some(interval) = self.rebalance_interval else {
+            return;
+        };
+        if self.rebalance_checked.get().elapsed() < interval {
+            return;
+        }
+        self.rebalance_checked.set(Instant::now());
+        let Some(raft) = self.raft() else { return };
+        if !self.leads(&raft) {
+            return;
+        }
+        let imbalanced = crate::cluster::preferred_leader_imbalance(&self.image.borrow());
+        if imbalanced == 0 {
+            return;
+        }
+        match self.write(MetadataChange::ElectPreferredLeaders).await {
+            Ok(r) if r.error.is_none() => {
+                tracing::info!(partitions = imbalanced, "preferred leaders elected")
+            }
+            Ok(r) => tracing::warn!("preferred-leader election refused: {:?}", r.error),
+            Err(e) => tracing::warn!("preferred-leader election failed: {e}"),
+        }
+    }
+}
+
 impl LinkExtension for Duties {
     fn serves(&self, key: ControllerApiKey) -> bool {
         matches!(
@@ -278,10 +314,7 @@ impl LeaderLink {
     }
 
     async fn connect(&mut self, addr: &str) -> Result<FrameConn, String> {
-        let sock = link::resolve(addr).map_err(|e| format!("{addr}: {e}"))?;
-        let stream = TcpStream::connect(sock)
-            .await
-            .map_err(|e| format!("{addr}: {e}"))?;
+        let stream = link::connect(addr, &self.limits).await?;
         let mut conn = FrameConn::new(stream, self.limits.frame_size_bytes_max);
         let hello = Hello {
             cluster_id: self.cluster_id.clone(),
@@ -319,6 +352,10 @@ impl ClusterMember {
             image: RefCell::new(Arc::new(MetadataImage::default())),
             sessions: RefCell::new(HashMap::new()),
             term: Cell::new(0),
+            rebalance_interval: config
+                .leader_rebalance_interval_ms
+                .map(|ms| Duration::from_millis(ms.max(1))),
+            rebalance_checked: Cell::new(Instant::now()),
         });
         let d = duties.clone();
         let observer: ApplyObserver<ClusterMetadata> = Rc::new(move |state, _| {
@@ -517,11 +554,22 @@ impl ClusterMember {
     pub fn heartbeat_interval(&self) -> Duration {
         Duration::from_millis(self.config.heartbeat_interval_ms.max(1))
     }
+
+    /// How often the active controller looks for expired sessions: a fraction of the
+    /// heartbeat interval, so a dead broker is fenced within `session_timeout_ms` plus a few
+    /// ms rather than plus up to one heartbeat interval (the check reads a map in memory).
+    pub fn session_check_interval(&self) -> Duration {
+        let ms = self.config.heartbeat_interval_ms / SESSION_CHECKS_PER_HEARTBEAT;
+        Duration::from_millis(ms.max(1))
+    }
 }
+
+/// Session expiry checks per heartbeat interval (every 20 ms with the default 100 ms).
+const SESSION_CHECKS_PER_HEARTBEAT: u64 = 5;
 
 async fn session_loop(member: std::rc::Weak<ClusterMember>) {
     loop {
-        let Some(period) = member.upgrade().map(|m| m.heartbeat_interval()) else {
+        let Some(period) = member.upgrade().map(|m| m.session_check_interval()) else {
             return;
         };
         borges_runtime::side::Sleep::new(period).await;
@@ -532,5 +580,6 @@ async fn session_loop(member: std::rc::Weak<ClusterMember>) {
         let duties = m.duties.clone();
         drop(m);
         duties.expire_sessions().await;
+        duties.rebalance_leaders().await;
     }
 }

@@ -198,10 +198,13 @@ pub struct PartitionRecord {
     /// In-sync replicas (cluster mode).
     #[serde(default)]
     pub isr: Vec<i32>,
-    /// Eligible leader replicas (KIP-966; kept empty until unclean-shutdown tracking exists).
+    /// Eligible leader replicas (KIP-966): replicas that left the ISR while it was below
+    /// `min.insync.replicas`, so hold every record below the high watermark; leaders come from
+    /// here when the ISR is empty (`cluster.rs`).
     #[serde(default)]
     pub elr: Vec<i32>,
-    /// Last known ELR (KIP-966; kept empty as `elr`).
+    /// Last known ELR (KIP-966; kept empty: Borges does not track unclean shutdowns, which is
+    /// what moves members from the ELR to it in Kafka).
     #[serde(default)]
     pub last_known_elr: Vec<i32>,
     /// The core of each replica on its broker, parallel to `replicas` (cluster mode; empty on
@@ -334,6 +337,11 @@ pub struct MetadataImage {
     /// Start of the next block of producer ids (cluster mode; Kafka's AllocateProducerIds).
     #[serde(default)]
     pub next_producer_id: i64,
+    /// Unclean leader elections the metadata log has made (cluster mode; each one may have
+    /// lost acknowledged records). Kept in the image so every broker reports the same count
+    /// and it survives controller failover.
+    #[serde(default)]
+    pub unclean_leader_elections: u64,
 }
 
 impl MetadataImage {
@@ -347,6 +355,7 @@ impl MetadataImage {
             topics: BTreeMap::new(),
             brokers: BTreeMap::new(),
             next_producer_id: 0,
+            unclean_leader_elections: 0,
         }
     }
 
@@ -454,6 +463,7 @@ impl MetadataImage {
             }
             MetadataChange::SetTopicConfigs { name, configs } => {
                 next.topic_mut(name)?.configs = configs.clone();
+                crate::cluster::elect_offline_of_topic(&mut next, name);
             }
             MetadataChange::AddPartitions { name, partitions } => {
                 next.topic_mut(name)?
@@ -524,6 +534,10 @@ pub enum MetadataChange {
     },
     /// A partition leader changes its ISR (Kafka's AlterPartition, KIP-497).
     AlterPartition(AlterPartition),
+    /// Preferred-leader election: every partition whose first replica runs, is in the ISR and
+    /// does not lead gets it back as leader (the active controller writes it when
+    /// `auto_leader_rebalance_enable` finds such partitions).
+    ElectPreferredLeaders,
     /// A broker reserves the next `size` producer ids (the block starts at the image's
     /// `next_producer_id` before the change).
     AllocateProducerIds {

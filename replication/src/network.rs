@@ -10,7 +10,6 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use borges_protocol::controller_link::ControllerApiKey;
-use borges_runtime::net::TcpStream;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };
@@ -152,19 +151,9 @@ pub struct Peer<S> {
 
 impl<S: StateMachine> Peer<S> {
     async fn connect(&mut self) -> Result<FrameConn, CallError> {
-        let addr = link::resolve(&self.addr).map_err(|e| CallError::Unreachable(e.to_string()))?;
-        let connect = TcpStream::connect(addr);
-        let timeout = Duration::from_millis(self.limits.connect_timeout_ms);
-        let stream = match borges_runtime::time::timeout(timeout, connect).await {
-            Some(Ok(s)) => s,
-            Some(Err(e)) => return Err(CallError::Unreachable(format!("{}: {e}", self.addr))),
-            None => {
-                return Err(CallError::Unreachable(format!(
-                    "{}: connect timed out",
-                    self.addr
-                )))
-            }
-        };
+        let stream = link::connect(&self.addr, &self.limits)
+            .await
+            .map_err(CallError::Unreachable)?;
         let mut conn = FrameConn::new(stream, self.limits.frame_size_bytes_max);
         let hello = Hello {
             cluster_id: self.cluster_id.clone(),

@@ -410,10 +410,9 @@ async fn accept_loop<S: StateMachine>(shared: Rc<Shared<S>>, listener: TcpListen
             continue;
         }
         shared.connections.set(shared.connections.get() + 1);
-        let conn = FrameConn::new(stream, shared.config.link.frame_size_bytes_max);
         let s = shared.clone();
         borges_runtime::side::spawn_detached(async move {
-            let served = future::or(async { Some(serve(&s, conn).await) }, async {
+            let served = future::or(async { Some(secure_and_serve(&s, stream).await) }, async {
                 s.stop.changed_since(stop).await;
                 None
             });
@@ -423,6 +422,36 @@ async fn accept_loop<S: StateMachine>(shared: Rc<Shared<S>>, listener: TcpListen
             s.connections.set(s.connections.get() - 1);
         });
     }
+}
+
+/// Runs the TLS handshake when the link has TLS (a peer that does not speak it is closed),
+/// then serves the connection.
+async fn secure_and_serve<S: StateMachine>(
+    shared: &Shared<S>,
+    stream: borges_runtime::net::TcpStream,
+) -> Result<(), ReplicationError> {
+    let link = &shared.config.link;
+    let stream = match &link.tls {
+        None => stream,
+        Some(tls) => {
+            let timeout = std::time::Duration::from_millis(link.connect_timeout_ms);
+            match borges_runtime::time::timeout(timeout, stream.accept_tls(tls.server())).await {
+                Some(Ok(borges_runtime::net::Accepted::Tls(s))) => s,
+                Some(Ok(borges_runtime::net::Accepted::Plaintext { .. })) => {
+                    return Err(ReplicationError::Link(
+                        "plaintext on the TLS controller link: closed".into(),
+                    ))
+                }
+                Some(Err(e)) => return Err(ReplicationError::Link(e.to_string())),
+                None => {
+                    return Err(ReplicationError::Link(
+                        "TLS handshake on the controller link timed out".into(),
+                    ))
+                }
+            }
+        }
+    };
+    serve(shared, FrameConn::new(stream, link.frame_size_bytes_max)).await
 }
 
 /// Serves one connection: Hello first, then requests one at a time.

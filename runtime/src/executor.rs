@@ -165,20 +165,37 @@ fn set_memlock_limit(soft: u64, hard: u64) -> bool {
 /// (up to the hard limit, or beyond it with CAP_SYS_RESOURCE), otherwise shrinks `io_memory` to
 /// fit what is allowed.
 pub fn plan_locked_memory(cores: usize, io_memory_wanted_bytes: usize) -> LockedMemoryPlan {
-    let cores = cores.max(1) as u64;
     let (soft, hard) = memlock_limit();
+    plan_within(cores, io_memory_wanted_bytes, soft, hard, |soft, hard| {
+        set_memlock_limit(soft, hard).then(|| memlock_limit().0)
+    })
+}
+
+/// Bytes glommio and the kernel lock beyond the registered buffers themselves.
+const LOCKED_OVERHEAD_BYTES: u64 = 1 << 20;
+
+/// The decision of [`plan_locked_memory`] for the limits `soft` and `hard`, where `raise(soft,
+/// hard)` tries to set the limit and returns the soft limit in force after a success.
+fn plan_within(
+    cores: usize,
+    io_memory_wanted_bytes: usize,
+    soft: u64,
+    hard: u64,
+    mut raise: impl FnMut(u64, u64) -> Option<u64>,
+) -> LockedMemoryPlan {
+    let cores = cores.max(1) as u64;
     let needed = cores
         .saturating_mul(RINGS_PER_EXECUTOR as u64)
         .saturating_mul(io_memory_wanted_bytes as u64)
-        // glommio and the kernel lock a little more than the buffers themselves.
-        .saturating_add(1 << 20);
+        .saturating_add(LOCKED_OVERHEAD_BYTES);
     let mut limit = soft;
-    if soft < needed
-        && (set_memlock_limit(needed, hard.max(needed)) || set_memlock_limit(hard, hard))
-    {
-        limit = memlock_limit().0;
+    if soft < needed {
+        if let Some(after) = raise(needed, hard.max(needed)).or_else(|| raise(hard, hard)) {
+            limit = after;
+        }
     }
-    let fits = (limit.saturating_sub(1 << 20) / (cores * RINGS_PER_EXECUTOR as u64)) as usize;
+    let fits = (limit.saturating_sub(LOCKED_OVERHEAD_BYTES) / (cores * RINGS_PER_EXECUTOR as u64))
+        as usize;
     let io_memory_bytes = io_memory_wanted_bytes.min(fits).max(IO_MEMORY_BYTES_MIN);
     LockedMemoryPlan {
         limit_before_bytes: soft,
@@ -544,11 +561,71 @@ mod tests {
         });
     }
 
+    const MIB: u64 = 1 << 20;
+
+    /// A `raise` that is always refused (no CAP_SYS_RESOURCE, hard limit reached).
+    fn refused(_: u64, _: u64) -> Option<u64> {
+        None
+    }
+
     #[test]
     fn plan_respects_minimum() {
-        let plan = plan_locked_memory(2, 1 << 20);
-        assert!(plan.io_memory_bytes >= IO_MEMORY_BYTES_MIN);
-        assert!(plan.limit_after_bytes >= plan.limit_before_bytes.min(plan.limit_after_bytes));
+        // 2 cores x 3 rings x 1 MiB + 1 MiB needed; only 2 MiB allowed and no raise: the
+        // buffers shrink to the 512 KiB minimum glommio takes, and do not fit (off).
+        let plan = plan_within(2, 1 << 20, 2 * MIB, 2 * MIB, refused);
+        assert_eq!(plan.io_memory_bytes, IO_MEMORY_BYTES_MIN);
+        assert!(!plan.registered_buffers, "{plan}");
+        assert_eq!(
+            (plan.limit_before_bytes, plan.limit_after_bytes),
+            (2 * MIB, 2 * MIB)
+        );
+        // Wanting less than the minimum still gets the minimum.
+        let plan = plan_within(1, 1024, u64::MAX, u64::MAX, refused);
+        assert_eq!(plan.io_memory_bytes, IO_MEMORY_BYTES_MIN);
+        assert!(plan.registered_buffers);
+        // The real process limit: whatever it is, never below the minimum.
+        assert!(plan_locked_memory(2, 1 << 20).io_memory_bytes >= IO_MEMORY_BYTES_MIN);
+    }
+
+    #[test]
+    fn the_locked_memory_limit_bounds_io_memory() {
+        // 8 MiB locked, not raisable: (8 - 1) MiB over 2 x 3 rings = 1194 KiB per ring, less
+        // than the 4 MiB wanted.
+        let plan = plan_within(2, 4 << 20, 8 * MIB, 8 * MIB, refused);
+        assert_eq!(plan.io_memory_bytes, (7 * MIB / 6) as usize);
+        assert!(plan.registered_buffers);
+        assert_eq!(plan.limit_after_bytes, 8 * MIB);
+        // Unlimited: what was wanted, no raise attempted.
+        let plan = plan_within(2, 4 << 20, u64::MAX, u64::MAX, |_, _| {
+            panic!("no raise needed")
+        });
+        assert_eq!(plan.io_memory_bytes, 4 << 20);
+    }
+
+    #[test]
+    fn the_limit_is_raised_to_what_is_needed_or_to_the_hard_limit() {
+        let needed = 2 * 3 * 4 * MIB + MIB;
+        // Allowed: the soft limit goes to exactly what is needed.
+        let mut asked = Vec::new();
+        let plan = plan_within(2, 4 << 20, 8 * MIB, u64::MAX, |soft, hard| {
+            asked.push((soft, hard));
+            Some(soft)
+        });
+        assert_eq!(asked, [(needed, u64::MAX)]);
+        assert_eq!(plan.io_memory_bytes, 4 << 20);
+        assert_eq!(
+            (plan.limit_before_bytes, plan.limit_after_bytes),
+            (8 * MIB, needed)
+        );
+        // Beyond the hard limit refused: up to the hard limit, and the buffers fit that.
+        let mut asked = Vec::new();
+        let plan = plan_within(2, 4 << 20, 8 * MIB, 16 * MIB, |soft, hard| {
+            asked.push((soft, hard));
+            (hard == 16 * MIB).then_some(soft)
+        });
+        assert_eq!(asked, [(needed, needed), (16 * MIB, 16 * MIB)]);
+        assert_eq!(plan.limit_after_bytes, 16 * MIB);
+        assert_eq!(plan.io_memory_bytes, (15 * MIB / 6) as usize);
     }
 
     #[test]

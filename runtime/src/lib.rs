@@ -9,6 +9,7 @@
 //! - [`time`]: sleeps, timeouts, and the [`time::Clock`] seam (system or manual time).
 //! - [`sync`]: single-core notification primitives.
 //! - [`net`]: TCP listeners and streams, `send_file` that never stalls the core.
+//! - [`tls`]: TLS sessions (rustls) on those streams, PEM loading, certificate subjects.
 //! - [`channel`]: bounded cross-core channels (a full mesh).
 //! - [`watchdog`]: wakes an executor that glommio parked with runnable tasks and no timer.
 //! - [`side`]: detached tasks, named sleeps and a side executor thread for libraries written
@@ -25,4 +26,5 @@ pub mod side;
 pub mod sync;
 pub mod task;
 pub mod time;
+pub mod tls;
 pub mod watchdog;

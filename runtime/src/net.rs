@@ -11,6 +11,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -59,7 +60,7 @@ impl TcpListener {
     /// Accepts one connection, switched to O_NONBLOCK and TCP_NODELAY.
     pub async fn accept(&self) -> io::Result<TcpStream> {
         let inner = self.inner.accept().await?;
-        let stream = TcpStream { inner };
+        let stream = TcpStream { inner, tls: None };
         stream.configure()?;
         Ok(stream)
     }
@@ -80,16 +81,28 @@ fn listening_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<socket2::S
     Ok(socket)
 }
 
-/// A connected stream. Lives on one core.
+/// A connected stream, plain or (after [`TcpStream::accept_tls`] or
+/// [`TcpStream::connect_tls`]) TLS. Lives on one core.
 pub struct TcpStream {
     inner: glommio::net::TcpStream,
+    /// The TLS session, shared with the stream's clones.
+    tls: Option<Rc<crate::tls::Session>>,
+}
+
+/// What a server-side TLS handshake found.
+pub enum Accepted {
+    /// The handshake completed: the stream speaks TLS from now on.
+    Tls(TcpStream),
+    /// The peer's first bytes are not a TLS handshake record: a plaintext client. `head` holds
+    /// the bytes read (at least one), so that the server can answer it in plaintext.
+    Plaintext { stream: TcpStream, head: Vec<u8> },
 }
 
 impl TcpStream {
     /// Connects to `addr`.
     pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
         let inner = glommio::net::TcpStream::connect(addr).await?;
-        let stream = TcpStream { inner };
+        let stream = TcpStream { inner, tls: None };
         stream.configure()?;
         Ok(stream)
     }
@@ -104,14 +117,73 @@ impl TcpStream {
         Ok(self.inner.peer_addr()?)
     }
 
+    /// Runs a server-side TLS handshake (callers bound it with a timeout). A peer whose first
+    /// byte is not a TLS handshake record is handed back as [`Accepted::Plaintext`].
+    pub async fn accept_tls(
+        mut self,
+        config: Arc<rustls::ServerConfig>,
+    ) -> Result<Accepted, crate::tls::TlsError> {
+        let mut head = vec![0u8; crate::tls::TLS_READ_CHUNK_BYTES];
+        let n = self.inner.read(&mut head).await?;
+        if n == 0 {
+            return Err(crate::tls::TlsError::Closed);
+        }
+        head.truncate(n);
+        if head[0] != crate::tls::TLS_HANDSHAKE_RECORD_TYPE {
+            return Ok(Accepted::Plaintext { stream: self, head });
+        }
+        let session = crate::tls::Session::new(crate::tls::server_connection(config)?);
+        session.set_pending(head);
+        if let Err(e) = session.handshake(&mut self.inner).await {
+            if matches!(e, crate::tls::TlsError::Handshake(_)) {
+                // The alert saying why is sent; unread bytes of the peer (a TLS 1.3 client
+                // sends requests right after its Finished) would turn the close into a reset
+                // that can destroy the alert before the peer reads it.
+                crate::tls::linger(&mut self.inner).await;
+            }
+            return Err(e);
+        }
+        self.tls = Some(Rc::new(session));
+        Ok(Accepted::Tls(self))
+    }
+
+    /// Runs a client-side TLS handshake with a server that must present a certificate for
+    /// `name` (callers bound it with a timeout).
+    pub async fn connect_tls(
+        &mut self,
+        config: Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+    ) -> Result<(), crate::tls::TlsError> {
+        let session = crate::tls::Session::new(crate::tls::client_connection(config, name)?);
+        session.handshake(&mut self.inner).await?;
+        self.tls = Some(Rc::new(session));
+        Ok(())
+    }
+
+    /// Whether the stream speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The subject of the certificate the TLS peer presented (mTLS), RFC 4514.
+    pub fn tls_peer_subject(&self) -> Option<String> {
+        self.tls.as_ref().and_then(|s| s.peer_subject())
+    }
+
     /// Reads some bytes; 0 means the peer closed.
     pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read(buf).await
+        match &self.tls {
+            Some(session) => session.clone().read(&mut self.inner, buf).await,
+            None => self.inner.read(buf).await,
+        }
     }
 
     /// Writes the whole buffer.
     pub async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.inner.write_all(buf).await
+        match &self.tls {
+            Some(session) => session.clone().write_all(&mut self.inner, &[buf]).await,
+            None => self.inner.write_all(buf).await,
+        }
     }
 
     /// A second handle on the same socket (a duplicated descriptor), so that one task can read
@@ -125,13 +197,19 @@ impl TcpStream {
         }
         // SAFETY: `fd` is a fresh descriptor of a connected TCP socket.
         let inner = unsafe { glommio::net::TcpStream::from_raw_fd(fd) };
-        Ok(TcpStream { inner })
+        Ok(TcpStream {
+            inner,
+            tls: self.tls.clone(),
+        })
     }
 
     /// Writes every buffer, in order, with `writev(2)` (few system calls for many small
     /// buffers, no copy). When the socket buffer is full the core waits for writability through
     /// glommio, as `send_file` does.
     pub async fn write_all_vectored(&mut self, bufs: &[&[u8]]) -> io::Result<()> {
+        if let Some(session) = &self.tls {
+            return session.clone().write_all(&mut self.inner, bufs).await;
+        }
         const IOV_MAX: usize = 1024;
         let socket = self.inner.as_raw_fd();
         let mut index = 0;
@@ -186,8 +264,11 @@ impl TcpStream {
         Ok(())
     }
 
-    /// Shuts down both directions.
-    pub async fn shutdown(&self) -> io::Result<()> {
+    /// Shuts down both directions (after a TLS close_notify).
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        if let Some(session) = &self.tls {
+            let _ = session.clone().close(&mut self.inner).await;
+        }
         Ok(self.inner.shutdown(std::net::Shutdown::Both).await?)
     }
 
@@ -195,14 +276,18 @@ impl TcpStream {
     /// sent), so that bytes the peer still sends can be read and dropped before closing:
     /// closing a socket with unread bytes sends a reset, which can destroy the last response
     /// before the peer reads it.
-    pub async fn shutdown_write(&self) -> io::Result<()> {
+    pub async fn shutdown_write(&mut self) -> io::Result<()> {
+        if let Some(session) = &self.tls {
+            let _ = session.clone().close(&mut self.inner).await;
+        }
         Ok(self.inner.shutdown(std::net::Shutdown::Write).await?)
     }
 
     /// Sends `length` bytes of `file` from `position` with `sendfile(2)`, without copying them
     /// through user space and without blocking the core (see the module docs). With
     /// `offload = false` the system call runs on the core itself, which is cheaper when the data
-    /// is known to be in the page cache and blocks the core when it is not.
+    /// is known to be in the page cache and blocks the core when it is not. Over TLS the range
+    /// is read into memory on the blocking pool and encrypted (the copy path).
     pub async fn send_file(
         &mut self,
         file: Arc<OwnedFd>,
@@ -210,6 +295,17 @@ impl TcpStream {
         length: u64,
         offload: bool,
     ) -> io::Result<()> {
+        if let Some(session) = self.tls.clone() {
+            let end = position + length;
+            let mut at = position;
+            while at < end {
+                let n = (end - at).min(crate::tls::TLS_FILE_CHUNK_BYTES as u64) as usize;
+                let chunk = crate::tls::read_file_range(file.clone(), at, n).await?;
+                session.write_all(&mut self.inner, &[&chunk]).await?;
+                at += n as u64;
+            }
+            return Ok(());
+        }
         let socket = self.inner.as_raw_fd();
         let end = position + length;
         let mut at = position;

@@ -172,3 +172,35 @@ fn without_fsync_the_checker_finds_the_acknowledged_values_a_power_loss_took() {
     assert_eq!(report.summary.acked, VALUES, "{}", report.summary);
     assert!(report.summary.lost > 0, "{}", report.summary);
 }
+
+/// Appends `rounds` values one at a time, each waited for at `AckLevel::All`, and returns the
+/// fdatasyncs of the segment that completed between each append and its acknowledgement.
+fn syncs_per_ack(durability: Durability, rounds: usize) -> Vec<u64> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let (core, faulty) = faulty_core(&root, storage_config()).await;
+        let log = open(&core, &root.join("t-0"), log_config(durability)).await;
+        let mut syncs = Vec::new();
+        for value in 0..rounds as u64 {
+            let before = faulty.count(FaultOp::Sync, ".log");
+            let info = log.append(vec![one_value(value)], EPOCH).expect("append");
+            log.wait_acked(info.last_offset, AckLevel::All)
+                .await
+                .expect("acknowledged");
+            syncs.push(faulty.count(FaultOp::Sync, ".log") - before);
+        }
+        log.close().await.expect("close");
+        syncs
+    })
+}
+
+#[test]
+fn under_fsync_every_acknowledgement_follows_an_fdatasync_of_its_segment() {
+    let syncs = syncs_per_ack(Durability::Fsync, 24);
+    assert!(syncs.iter().all(|&n| n >= 1), "syncs per ack: {syncs:?}");
+    // The seam counts what the log does: without fsync the same acknowledgements come without
+    // one.
+    let syncs = syncs_per_ack(Durability::None, 24);
+    assert!(syncs.iter().all(|&n| n == 0), "syncs per ack: {syncs:?}");
+}

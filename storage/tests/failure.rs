@@ -35,7 +35,14 @@ fn skip(reason: &str) {
     if std::env::var(REQUIRE_MOUNT).is_ok_and(|v| v == "1") {
         panic!("{reason} ({REQUIRE_MOUNT}=1: the prerequisite must exist)");
     }
-    println!("SKIPPED: {reason} (set {REQUIRE_MOUNT}=1 to make this a failure)");
+    // Past the harness's output capture, so that a passing run shows the skip.
+    let thread = std::thread::current();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "SKIPPED: {}: {reason} (set {REQUIRE_MOUNT}=1 to make this a failure)",
+        thread.name().unwrap_or("test")
+    );
 }
 
 /// A mounted small file system, unmounted on drop.

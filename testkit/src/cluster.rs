@@ -43,6 +43,9 @@ pub struct ClusterOptions {
     /// gives sessions more room than the broker's own default, since tests share a loaded
     /// machine: a spurious fencing would fail tests that do not test fencing.
     pub cluster_toml: String,
+    /// TLS of the test's own connections (controller links, `cli`), for a cluster whose
+    /// brokers get `--tls-*` through `args`.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 impl Default for ClusterOptions {
@@ -53,6 +56,7 @@ impl Default for ClusterOptions {
             args: Vec::new(),
             env: Vec::new(),
             cluster_toml: "heartbeat_interval_ms = 200\nsession_timeout_ms = 3000\n".into(),
+            tls: None,
         }
     }
 }
@@ -346,12 +350,9 @@ impl Cluster {
 
     /// The quorum as the first live node that answers sees it.
     pub fn quorum(&mut self) -> Option<QuorumStatus> {
-        self.running_controllers().iter().find_map(|a| {
-            LinkClient::connect(a, "", LINK_TIMEOUT)
-                .ok()?
-                .describe()
-                .ok()
-        })
+        self.running_controllers()
+            .iter()
+            .find_map(|a| self.link(a).ok()?.describe().ok())
     }
 
     fn running_controllers(&mut self) -> Vec<String> {
@@ -364,10 +365,7 @@ impl Cluster {
     /// The applied metadata image of node `id` (None if it does not answer).
     pub fn image_of(&mut self, id: u64) -> Option<MetadataImage> {
         let addr = self.node(id).controller_addr();
-        let state = LinkClient::connect(&addr, "", LINK_TIMEOUT)
-            .ok()?
-            .read_state()
-            .ok()?;
+        let state = self.link(&addr).ok()?.read_state().ok()?;
         let sm = ClusterMetadata::decode(&state.state).ok()?;
         Some((*sm.image).clone())
     }
@@ -375,7 +373,7 @@ impl Cluster {
     /// The active controller that a live node reports (None while there is none).
     pub fn controller(&mut self) -> Option<u64> {
         for addr in self.running_controllers() {
-            let Ok(mut c) = LinkClient::connect(&addr, "", LINK_TIMEOUT) else {
+            let Ok(mut c) = self.link(&addr) else {
                 continue;
             };
             if let Ok(s) = c.describe() {
@@ -437,10 +435,26 @@ impl Cluster {
         });
     }
 
+    /// A read-only controller-link client of `addr` (TLS when the cluster has it).
+    pub fn link(
+        &self,
+        addr: &str,
+    ) -> Result<LinkClient, borges_replication::error::ReplicationError> {
+        let tls = self.options.tls.as_ref().map(|t| t.client_config());
+        LinkClient::connect_tls(addr, "", LINK_TIMEOUT, tls)
+    }
+
     /// Runs the `borges` CLI against this cluster's live brokers.
     pub fn cli(&mut self, args: &[&str]) -> String {
         let bootstrap = self.bootstrap();
+        let tls = self
+            .options
+            .tls
+            .as_ref()
+            .map(|t| t.cli_args())
+            .unwrap_or_default();
         let mut all = vec!["--bootstrap", bootstrap.as_str()];
+        all.extend(tls.iter().map(String::as_str));
         all.extend_from_slice(args);
         borges(&all)
     }

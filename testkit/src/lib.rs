@@ -2,15 +2,18 @@
 //!
 //! The broker binary is found through `BORGES_BIN`, or next to the test executable in the Cargo
 //! target directory (`target/<profile>/borges`). The workspace test command builds it first
-//! (`cargo build --workspace --bins`, see `scripts/test.sh`).
+//! (`cargo build --workspace --bins`, see `scripts/test.sh`); a binary older than the sources
+//! it was built from is refused ([`fresh`]), so that no test passes against an old build.
 //!
 //! Every broker gets a fresh temporary data directory, a free main port, ephemeral per-core
 //! ports, and a ready file that the broker writes once every core serves.
 
 pub mod cluster;
 pub mod diagnose;
+pub mod fresh;
 pub mod mount;
 mod ports;
+pub mod tls;
 
 pub use ports::free_port;
 
@@ -40,7 +43,34 @@ pub fn borges_bin() -> PathBuf {
         "broker binary not found at {}: run `cargo build --workspace --bins` first (scripts/test.sh does), or set BORGES_BIN",
         bin.display()
     );
+    // Judged once per test process: a binary rebuilt while tests run is not judged again.
+    static STALE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if let Some(reason) = STALE.get_or_init(|| fresh::stale_reason(&bin)) {
+        panic!("stale broker binary: {reason}");
+    }
     bin
+}
+
+/// Skips the calling test: prints `SKIPPED: <test>: <reason>` on the process's real stdout (not
+/// the test harness's captured output, so that `cargo test` shows it for a passing test), or
+/// panics when `require_var=1`, which CI (.ci/run) sets where every prerequisite exists.
+pub fn skip(require_var: &str, reason: &str) {
+    if std::env::var(require_var).is_ok_and(|v| v == "1") {
+        panic!("{reason} ({require_var}=1: the prerequisite must exist)");
+    }
+    skipped_line(&format!(
+        "{reason} (set {require_var}=1 to make this a failure)"
+    ));
+}
+
+/// Writes `SKIPPED: <test name>: <text>` past the harness's output capture.
+pub fn skipped_line(text: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("test");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "SKIPPED: {test}: {text}");
+    let _ = out.flush();
 }
 
 /// SIGTERM `child`, then wait up to `timeout` for it to exit; kills it and returns `None` if it

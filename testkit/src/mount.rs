@@ -13,10 +13,7 @@ pub const REQUIRE_MOUNT: &str = "BORGES_REQUIRE_MOUNT";
 
 /// Prints why a test is skipped, or panics when `BORGES_REQUIRE_MOUNT=1`.
 pub fn skip(reason: &str) {
-    if std::env::var(REQUIRE_MOUNT).is_ok_and(|v| v == "1") {
-        panic!("{reason} ({REQUIRE_MOUNT}=1: the prerequisite must exist)");
-    }
-    println!("SKIPPED: {reason} (set {REQUIRE_MOUNT}=1 to make this a failure)");
+    crate::skip(REQUIRE_MOUNT, reason);
 }
 
 /// The kind of small file system.

@@ -247,7 +247,11 @@ impl Coordinator {
         };
         for (p, rec) in topic.partitions.iter().enumerate() {
             let here = self.partitions.replica_here(rec) && self.partitions.leads(rec);
-            if !here || self.loaded.borrow().contains(&(p as u32)) {
+            if !here {
+                self.unload(p as u32, topic.partitions.len());
+                continue;
+            }
+            if self.loaded.borrow().contains(&(p as u32)) {
                 continue;
             }
             let records =
@@ -271,16 +275,40 @@ impl Coordinator {
         Ok(())
     }
 
+    /// This core no longer leads offsets partition `partition` (of `partitions`): its groups
+    /// go from memory and it answers NotCoordinator, so that nothing is served from a state
+    /// the next leader's commits leave behind; should it lead again, it replays the partition
+    /// again. (A restarted broker applies old images on its way up, some naming it leader: it
+    /// loaded the partition then and, without this, served those offsets when it led again.)
+    fn unload(&self, partition: u32, partitions: usize) {
+        if !self.loaded.borrow_mut().remove(&partition) {
+            return;
+        }
+        let mut groups = self.groups.borrow_mut();
+        let before = groups.len();
+        groups.retain(|id, _| offsets_partition(id, partitions) != partition);
+        tracing::info!(
+            core = self.core,
+            partition,
+            groups = before - groups.len(),
+            "offsets partition led elsewhere now: its groups unloaded"
+        );
+    }
+
+    /// Replays offsets partition `partition` up to its log end, as Kafka's coordinator does:
+    /// a new leader's log wins, and its high watermark may still lag the commits it already
+    /// holds (a follower learns the high watermark one fetch later), so a replay bounded by
+    /// the high watermark would miss the last acknowledged commits.
     async fn replay(self: &Rc<Self>, partition: u32) -> Result<usize, Failure> {
         let offsets = self.partitions.get(&offsets_ref(partition))?;
         let mut offset = offsets.offsets().log_start_offset;
         let mut applied = 0;
         loop {
-            let hw = offsets.offsets().high_watermark;
-            if offset >= hw {
+            let end = offsets.offsets().log_end_offset;
+            if offset >= end {
                 return Ok(applied);
             }
-            let (bytes, _) = offsets.read_bytes(offset, REPLAY_READ_BYTES).await?;
+            let (bytes, _) = offsets.read_to_log_end(offset, REPLAY_READ_BYTES).await?;
             let batches = RecordBatch::parse_many(&bytes)?;
             if batches.is_empty() {
                 return Err(Failure::new(
@@ -355,6 +383,17 @@ impl Coordinator {
             return Err(Failure::new(
                 ErrorCode::NotCoordinator,
                 format!("core {} does not coordinate group {group}", self.core),
+            ));
+        }
+        let led_here = image
+            .topics
+            .get(CONSUMER_OFFSETS_TOPIC)
+            .and_then(|t| t.partitions.get(p as usize))
+            .is_some_and(|rec| self.partitions.leads(rec));
+        if !led_here {
+            return Err(Failure::new(
+                ErrorCode::NotCoordinator,
+                format!("this broker does not lead the offsets partition of group {group}"),
             ));
         }
         if !self.loaded.borrow().contains(&p) {

@@ -5,9 +5,9 @@ use std::rc::Rc;
 
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
+use borges_replication::controller::{ConfigOp, ControllerRequest, NewTopic, TopicCreated};
 use flatbuffers::FlatBufferBuilder;
 
-use crate::controller::{ConfigOp, ControllerRequest, NewTopic, TopicCreated};
 use crate::failure::Failure;
 use crate::shard::Shard;
 use crate::topic_config::{self, ConfigSource};

@@ -112,7 +112,8 @@ pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
         targets: parsed.slots.iter().map(|s| s.target.clone().ok()).collect(),
         min_bytes: parsed.min_bytes,
         max_wait_ms: parsed.max_wait_ms,
-        copy: shard.config().fetch.send_mode == FetchSendMode::Copy,
+        // TLS encrypts in user space: file pages cannot go to the socket as they are.
+        copy: shard.config().fetch.send_mode == FetchSendMode::Copy || shard.config().tls.enabled(),
     };
     let outcomes = shard.fetch(plan).await;
     for (slot, outcome) in parsed.slots.iter_mut().zip(outcomes) {

@@ -55,5 +55,10 @@ pub async fn handle(shard: &Rc<Shard>, api: ApiKey, frame: Frame, peer: &Rc<str>
         | ApiKey::DeleteGroups => Box::pin(groups::handle(shard.clone(), api, frame, peer.clone())),
         ApiKey::InitProducerId => Box::pin(producer::init_producer_id(shard.clone(), frame)),
         ApiKey::OffsetForLeaderEpoch => Box::pin(epochs::handle(shard.clone(), frame)),
+        // With SASL on, the connection's authenticator answers these before dispatch.
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+            let response = crate::sasl::not_enabled(&frame.header);
+            Box::pin(async move { Some(response) })
+        }
     }
 }

@@ -5,11 +5,11 @@ use std::rc::Rc;
 
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ErrorCode};
+use borges_replication::controller::producer_ids::ProducerIdAndEpoch;
+use borges_replication::controller::ControllerRequest;
 use flatbuffers::FlatBufferBuilder;
 
-use crate::controller::ControllerRequest;
 use crate::failure::Failure;
-use crate::producer_ids::ProducerIdAndEpoch;
 use crate::shard::Shard;
 use crate::wire as w;
 

@@ -57,6 +57,8 @@ pub struct ClusterFigures {
     pub under_min_isr: u64,
     /// Partitions without a leader (counted by the active controller only, as Kafka does).
     pub offline: u64,
+    /// Unclean leader elections recorded in the metadata log (the same on every broker).
+    pub unclean_leader_elections: u64,
 }
 
 /// Renders every family of one scrape.
@@ -426,6 +428,13 @@ fn cluster(ex: &mut Exposition, c: &ClusterFigures) {
         ex.family(name, help, Kind::Gauge)
             .series(Vec::new(), Value::Int(v));
     }
+    ex.family(
+        "borges_unclean_leader_elections_total",
+        "Unclean leader elections in the cluster's metadata log (unclean.leader.election.enable; \
+         each may have lost acknowledged records)",
+        Kind::Counter,
+    )
+    .series(Vec::new(), int(c.unclean_leader_elections));
     ex.family(
         "borges_cluster_brokers",
         "Registered brokers per state, as this broker's metadata image says",

@@ -74,6 +74,16 @@ pub struct CoreMetrics {
     pub frames_timed_out: Cell<u64>,
     /// Accepts that failed for want of file descriptors (EMFILE, ENFILE).
     pub accept_descriptor_errors: Cell<u64>,
+    /// TLS handshakes completed.
+    pub tls_handshakes: Cell<u64>,
+    /// TLS handshakes that failed (bad certificate, protocol error, timeout, peer gone).
+    pub tls_handshake_failures: Cell<u64>,
+    /// Connections refused for sending plaintext to a TLS listener.
+    pub tls_plaintext_refused: Cell<u64>,
+    /// SASL authentications that succeeded.
+    pub sasl_authentications: Cell<u64>,
+    /// SASL exchanges that failed (bad credentials, malformed, out of sequence).
+    pub sasl_authentication_failures: Cell<u64>,
     /// Requests (or parts of them) forwarded to another core.
     pub forwarded: Cell<u64>,
     /// Cleanings of compacted partitions done.
@@ -195,6 +205,11 @@ impl CoreMetrics {
             malformed_frames: zero(),
             frames_timed_out: zero(),
             accept_descriptor_errors: zero(),
+            tls_handshakes: zero(),
+            tls_handshake_failures: zero(),
+            tls_plaintext_refused: zero(),
+            sasl_authentications: zero(),
+            sasl_authentication_failures: zero(),
             forwarded: zero(),
             cleaner_runs: zero(),
             cleaner_bytes_in: zero(),
@@ -307,7 +322,7 @@ impl CoreMetrics {
 type CounterCell = fn(&CoreMetrics) -> &Cell<u64>;
 
 /// The per-core counters: name, help, cell.
-const COUNTERS: [(&str, &str, CounterCell); 18] = [
+const COUNTERS: [(&str, &str, CounterCell); 23] = [
     (
         "borges_bytes_received_total",
         "Bytes read from client sockets",
@@ -375,6 +390,31 @@ const COUNTERS: [(&str, &str, CounterCell); 18] = [
         "borges_accept_descriptor_errors_total",
         "Accepts failed for want of descriptors",
         |m| &m.accept_descriptor_errors,
+    ),
+    (
+        "borges_tls_handshakes_total",
+        "TLS handshakes completed",
+        |m| &m.tls_handshakes,
+    ),
+    (
+        "borges_tls_handshake_failures_total",
+        "TLS handshakes failed (certificate, protocol, timeout)",
+        |m| &m.tls_handshake_failures,
+    ),
+    (
+        "borges_tls_plaintext_refused_total",
+        "Plaintext connections refused by a TLS listener",
+        |m| &m.tls_plaintext_refused,
+    ),
+    (
+        "borges_sasl_authentications_total",
+        "SASL authentications that succeeded",
+        |m| &m.sasl_authentications,
+    ),
+    (
+        "borges_sasl_authentication_failures_total",
+        "SASL exchanges that failed (credentials, malformed, out of sequence)",
+        |m| &m.sasl_authentication_failures,
     ),
     (
         "borges_cross_core_forwards_total",

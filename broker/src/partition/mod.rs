@@ -23,6 +23,7 @@ pub mod producer;
 mod producer_replay;
 mod producer_snapshot;
 mod read;
+pub mod repair;
 pub mod replica;
 mod table;
 
@@ -68,6 +69,8 @@ pub struct Partition {
     /// `acks=all` is refused while the ISR is smaller; from the topic's configs.
     min_insync_replicas: Cell<i64>,
     replica: ReplicaState,
+    /// Under repair from the leader after recovery found corruption (`repair`).
+    repair: repair::RepairState,
     /// Idempotent producers' epochs and last batches; consulted and updated by every append.
     producers: RefCell<ProducerState>,
     upkeep: ProducerUpkeep,
@@ -99,6 +102,7 @@ impl Partition {
         if rebuilt.snapshot_offset != Some(rebuilt.log_end_offset) {
             upkeep.mark_unsnapshotted();
         }
+        let repair = repair::RepairState::of_dir(log.dir());
         Ok(Partition {
             id,
             core,
@@ -108,6 +112,7 @@ impl Partition {
             leader_epoch: Cell::new(leader_epoch),
             min_insync_replicas: Cell::new(min_insync_replicas),
             replica: ReplicaState::leader_only(),
+            repair,
             producers: RefCell::new(producers),
             upkeep,
         })
@@ -148,7 +153,7 @@ impl Partition {
         o
     }
 
-    /// The invariants of a partition's offsets, wherever they come from (the log, a read).
+    /// The invariants of the log's present offsets (a read's snapshot: `check_read_offsets`).
     fn check_offsets(&self, o: &LogOffsets) {
         strict_assert!(
             o.log_start_offset <= o.high_watermark && o.high_watermark <= o.log_end_offset,
@@ -163,6 +168,20 @@ impl Partition {
             o.high_watermark
         );
         self.high_watermark_seen.set(seen.max(o.high_watermark));
+    }
+
+    /// The invariants of the offsets a read took before it awaited its IO: in order. Such a
+    /// snapshot may be older than what another request has seen since (an append moved the
+    /// high watermark while this read waited), so it is not compared with the highest
+    /// watermark seen; the log's present offsets are.
+    fn check_read_offsets(&self, snapshot: &LogOffsets) {
+        strict_assert!(
+            snapshot.log_start_offset <= snapshot.high_watermark
+                && snapshot.high_watermark <= snapshot.log_end_offset,
+            "{}: offsets out of order: {snapshot:?}",
+            self.id
+        );
+        self.offsets();
     }
 
     /// Figures for metrics.

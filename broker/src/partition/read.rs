@@ -120,7 +120,7 @@ impl Partition {
             .log
             .read(fetch_offset, max_bytes, ReadBound::HighWatermark)
             .await?;
-        self.check_offsets(&read.offsets);
+        self.check_read_offsets(&read.offsets);
         strict_assert_eq!(
             read.size_bytes,
             read.chunks.iter().map(|c| c.len()).sum::<u64>()
@@ -184,7 +184,7 @@ impl Partition {
             .log
             .read(item.fetch_offset, item.max_bytes, ReadBound::LogEnd)
             .await?;
-        self.check_offsets(&read.offsets);
+        self.check_read_offsets(&read.offsets);
         let mut chunks = Vec::with_capacity(read.chunks.len());
         for chunk in read.chunks {
             chunks.push(self.send_chunk(chunk, read.offsets.log_end_offset)?);
@@ -276,7 +276,23 @@ impl Partition {
             .log
             .read_bytes(offset, max_bytes, ReadBound::HighWatermark)
             .await?;
-        self.check_offsets(&offsets);
+        self.check_read_offsets(&offsets);
+        Ok((bytes, offsets))
+    }
+
+    /// Like [`Partition::read_bytes`], up to the log end instead of the high watermark (the
+    /// group coordinator's replay of an offsets partition it now leads).
+    pub async fn read_to_log_end(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+    ) -> Result<(Bytes, LogOffsets), Failure> {
+        self.check_owner();
+        let (bytes, offsets) = self
+            .log
+            .read_bytes(offset, max_bytes, ReadBound::LogEnd)
+            .await?;
+        self.check_read_offsets(&offsets);
         Ok((bytes, offsets))
     }
 

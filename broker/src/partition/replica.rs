@@ -175,6 +175,14 @@ impl Partition {
                 }
                 None
             }
+            _ if rec.leader == ctx.broker_id && self.is_repairing() => {
+                // Its log lacks what the leader had (recovery found it corrupt): leading would
+                // lose committed records. The broker stays fenced while it repairs, so the
+                // controller should not have chosen it.
+                tracing::error!(partition = %self.id, epoch = rec.leader_epoch,
+                    "named leader while under repair from the leader: staying offline");
+                Some(Role::Offline)
+            }
             _ if rec.leader == ctx.broker_id => Some(self.become_leader(rec, ctx, settings)),
             _ if rec.leader != NO_LEADER && rec.replicas.contains(&ctx.broker_id) => {
                 Some(Role::Follower(FollowTarget {

@@ -7,8 +7,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use borges_protocol::ErrorCode;
+use borges_runtime::sync::Semaphore;
 use borges_runtime::task;
-use borges_storage::{CoreStorage, PartitionLog};
+use borges_storage::{CoreStorage, PartitionLog, StorageError};
 
 use borges_replication::replica::IsrChangeRequest;
 
@@ -44,6 +45,9 @@ pub struct PartitionTable {
     topics: RefCell<HashMap<String, TopicPartitions>>,
     /// ISR changes this core's leaders want committed (drained by the replication task).
     isr_outbox: Rc<IsrOutbox>,
+    /// One image application at a time: a newer image waits until the one before it is
+    /// applied, so an older one can never finish (open partitions, set roles) after it.
+    applying: Rc<Semaphore>,
 }
 
 impl PartitionTable {
@@ -63,6 +67,7 @@ impl PartitionTable {
             image: RefCell::new(Arc::new(MetadataImage::new(cores as u16))),
             topics: RefCell::new(HashMap::new()),
             isr_outbox: Rc::new(IsrOutbox::default()),
+            applying: Rc::new(Semaphore::new(1)),
         }
     }
 
@@ -205,8 +210,11 @@ impl PartitionTable {
 
     /// Brings this core's partitions in line with `image`: opens new ones, reconfigures
     /// changed ones, deletes removed topics' logs. An image older than the current one is
-    /// ignored.
+    /// ignored, and applications run one at a time in arrival order, so the core's image (its
+    /// revision, and the leader epochs it carries) only moves forward.
     pub async fn apply(self: &Rc<Self>, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
+        let applying = self.applying.clone();
+        let _one_at_a_time = applying.acquire_static_permit(1).await;
         let old = self.image.replace(image.clone());
         if old.revision > image.revision {
             self.image.replace(old);
@@ -249,13 +257,30 @@ impl PartitionTable {
     async fn open(&self, topic: &TopicRecord, partition: usize) -> Result<(), BrokerError> {
         let dir = partition_dir(&self.config.data_dir, &topic.name, partition as u32);
         let log_config = topic_config::log_config(&topic.configs, &self.config);
-        let log = PartitionLog::open(&self.storage, dir.clone(), log_config)
-            .await
-            .map_err(|source| BrokerError::Partition {
-                action: "opening",
-                partition: dir.display().to_string(),
-                cause: source,
-            })?;
+        let opening = |source| BrokerError::Partition {
+            action: "opening",
+            partition: dir.display().to_string(),
+            cause: source,
+        };
+        if self.repairable(topic, partition) {
+            super::repair::resume_interrupted(&self.storage, &dir)
+                .await
+                .map_err(opening)?;
+        }
+        let log = match PartitionLog::open(&self.storage, dir.clone(), log_config.clone()).await {
+            Ok(log) => log,
+            // Corrupt before the recovery point: a replica fetches its log again from the
+            // leader and does not lead until then (`repair`); a lone replica stays refused.
+            Err(cause @ StorageError::Corrupt { .. }) if self.repairable(topic, partition) => {
+                super::repair::quarantine(&self.storage, &dir, &cause)
+                    .await
+                    .map_err(opening)?;
+                PartitionLog::open(&self.storage, dir.clone(), log_config)
+                    .await
+                    .map_err(opening)?
+            }
+            Err(cause) => return Err(opening(cause)),
+        };
         log.set_compaction(topic_config::compaction_config(
             &topic.configs,
             &self.config,
@@ -291,7 +316,12 @@ impl PartitionTable {
             partition: dir.display().to_string(),
             cause: source,
         })?;
-        let opened = Rc::new(opened);
+        self.install(topic, partition, Rc::new(opened));
+        Ok(())
+    }
+
+    /// Puts the opened `partition` of `topic` into the table.
+    fn install(&self, topic: &TopicRecord, partition: usize, opened: Rc<Partition>) {
         let mut topics = self.topics.borrow_mut();
         let entry = topics
             .entry(topic.name.clone())
@@ -303,7 +333,21 @@ impl PartitionTable {
             entry.partitions.resize(topic.partitions.len(), None);
         }
         entry.partitions[partition] = Some(opened);
-        Ok(())
+    }
+
+    /// Whether a replica of `topic`'s `partition` can be repaired from another one (cluster
+    /// mode, more than one replica).
+    fn repairable(&self, topic: &TopicRecord, partition: usize) -> bool {
+        self.config.cluster.enabled()
+            && topic
+                .partitions
+                .get(partition)
+                .is_some_and(|p| p.replicas.len() > 1)
+    }
+
+    /// Partitions of this core under repair from their leader.
+    pub fn repairing(&self) -> usize {
+        self.all().iter().filter(|p| p.is_repairing()).count()
     }
 
     /// Applies a topic's configs to its open partitions when they changed, and its leader
@@ -391,5 +435,106 @@ pub fn unknown_topic(topic: &str) -> Failure {
             ErrorCode::UnknownTopicOrPartition,
             format!("topic {topic:?} does not exist"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use borges_storage::StorageConfig;
+
+    use super::*;
+    use crate::metadata::MetadataChange;
+    use crate::testing::on_one_core;
+
+    fn topic(name: &str, partitions: usize) -> MetadataChange {
+        MetadataChange::CreateTopic(TopicRecord {
+            name: name.into(),
+            id: Uuid::random(),
+            internal: false,
+            configs: Default::default(),
+            partitions: (0..partitions)
+                .map(|_| PartitionRecord::single_node(0))
+                .collect(),
+        })
+    }
+
+    /// Images 1 (`kept`), 2 (+ `gone` with `n` partitions), 3 (`gone` deleted).
+    fn images(n: usize) -> [Arc<MetadataImage>; 3] {
+        let first = MetadataImage::new(1).apply(&topic("kept", 1)).unwrap();
+        let second = first.apply(&topic("gone", n)).unwrap();
+        let third = second
+            .apply(&MetadataChange::DeleteTopic {
+                name: "gone".into(),
+            })
+            .unwrap();
+        [Arc::new(first), Arc::new(second), Arc::new(third)]
+    }
+
+    fn with_table<F, Fut>(f: F)
+    where
+        F: FnOnce(Rc<PartitionTable>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().to_path_buf();
+        on_one_core(move || async move {
+            let storage = CoreStorage::new(&data, StorageConfig::default())
+                .await
+                .unwrap();
+            let config = BrokerConfig {
+                data_dir: data.clone(),
+                ..BrokerConfig::default()
+            };
+            let table = Rc::new(PartitionTable::new(
+                0,
+                1,
+                Arc::new(config),
+                storage,
+                Rc::new(CoreMetrics::new(0)),
+            ));
+            f(table.clone()).await;
+            for p in table.all() {
+                p.close().await.unwrap();
+            }
+        });
+    }
+
+    fn gone_is_open(table: &PartitionTable) -> bool {
+        table.topics.borrow().contains_key("gone")
+    }
+
+    /// Planted: the revision check removed from `apply` -> the older image deleted `gone`
+    /// again and the core's revision went back to 1.
+    #[test]
+    fn an_older_image_than_the_cores_is_never_applied() {
+        with_table(|table| async move {
+            let [first, second, _] = images(1);
+            table.apply(second.clone()).await.unwrap();
+            assert!(gone_is_open(&table));
+            table.apply(first).await.unwrap();
+            assert_eq!(table.image().revision, second.revision);
+            assert!(gone_is_open(&table), "the older image closed a partition");
+        });
+    }
+
+    /// Two applications racing on one core (an image arriving while the previous one still
+    /// opens partitions): the core ends at the newer one, without the partitions it deleted.
+    /// Planted: no one-at-a-time permit in `apply` -> the older image's opens finished after
+    /// the newer image was applied and `gone` stayed open.
+    #[test]
+    fn an_image_arriving_during_an_application_is_applied_after_it() {
+        with_table(|table| async move {
+            let [first, second, third] = images(8);
+            table.apply(first).await.unwrap();
+            let (a, b) =
+                futures_lite::future::zip(table.apply(second), table.apply(third.clone())).await;
+            a.unwrap();
+            b.unwrap();
+            assert_eq!(table.image().revision, third.revision);
+            assert!(
+                !gone_is_open(&table),
+                "a deleted topic's partitions are open"
+            );
+        });
     }
 }

@@ -17,6 +17,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use borges_replication::controller::{
+    Controller, ControllerCluster, ControllerHost, ControllerRequest, ControllerSettings,
+    LocalFuture,
+};
 use borges_runtime::channel::{CoreReceiver, CoreSenders};
 use borges_runtime::{task, time};
 use borges_storage::{CoreStorage, DiskState};
@@ -26,9 +30,6 @@ pub use route::FetchPlan;
 use crate::admission::Admission;
 use crate::cluster::ClusterHandle;
 use crate::config::BrokerConfig;
-use crate::controller::{
-    Controller, ControllerHost, ControllerRequest, ControllerSettings, LocalFuture,
-};
 use crate::error::BrokerError;
 use crate::groups::coordinator::{Coordinator, GroupMessage};
 use crate::lifecycle::{CoreHealth, Lifecycle, LifecycleMessage};
@@ -37,7 +38,7 @@ use crate::metadata::MetadataImage;
 use crate::metrics::{CoreMetrics, CoreReport, MetricsSnapshot};
 use crate::partition::{PartitionMessage, PartitionTable};
 use crate::replicate;
-use crate::topic_config::{self, TopicConfigError};
+use crate::topic_config;
 use crate::types::CoreEndpoint;
 
 /// How long shutdown waits for in-flight requests before closing connections.
@@ -68,6 +69,10 @@ pub struct Shard {
     metrics: Rc<CoreMetrics>,
     /// The cluster member of this process, in cluster mode.
     cluster: std::cell::RefCell<Option<Arc<ClusterHandle>>>,
+    /// The process's TLS configurations, when `[tls]` is on.
+    tls: std::cell::RefCell<Option<Arc<borges_runtime::tls::TlsContext>>>,
+    /// The process's SASL settings and credentials, when `[sasl]` is on.
+    sasl: std::cell::RefCell<Option<Arc<crate::sasl::Sasl>>>,
 }
 
 impl Shard {
@@ -106,7 +111,29 @@ impl Shard {
             metrics,
             config,
             cluster: std::cell::RefCell::new(None),
+            tls: std::cell::RefCell::new(None),
+            sasl: std::cell::RefCell::new(None),
         })
+    }
+
+    /// Serves the client listeners with TLS from `tls` (set before serving).
+    pub fn set_tls(&self, tls: Arc<borges_runtime::tls::TlsContext>) {
+        *self.tls.borrow_mut() = Some(tls);
+    }
+
+    /// The process's TLS configurations, when TLS is on.
+    pub fn tls(&self) -> Option<Arc<borges_runtime::tls::TlsContext>> {
+        self.tls.borrow().clone()
+    }
+
+    /// Requires SASL authentication on the client listeners (set before serving).
+    pub fn set_sasl(&self, sasl: Arc<crate::sasl::Sasl>) {
+        *self.sasl.borrow_mut() = Some(sasl);
+    }
+
+    /// The process's SASL settings and credentials, when SASL is on.
+    pub fn sasl(&self) -> Option<Arc<crate::sasl::Sasl>> {
+        self.sasl.borrow().clone()
     }
 
     /// This core's index.
@@ -342,6 +369,16 @@ impl Shard {
             if running {
                 break;
             }
+            let repairing = cluster.repairing();
+            if repairing > 0 {
+                // Fenced on purpose until its replicas are repaired (`partition::repair`):
+                // they fetch from their leaders meanwhile; heartbeats unfence it after.
+                tracing::warn!(
+                    repairing,
+                    "serving fenced while replicas are repaired from their leaders"
+                );
+                break;
+            }
             if std::time::Instant::now() > deadline {
                 return Err(BrokerError::Config(format!(
                     "not unfenced by the active controller within {:?}",
@@ -388,11 +425,19 @@ impl Shard {
     pub async fn apply_metadata(&self, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
         self.partitions.apply(image).await?;
         if self.config.cluster.enabled() {
+            let cluster = self.cluster_handle();
+            if let Some(handle) = &cluster {
+                // Before this core reports the image applied: a broker repairing a replica
+                // must never look unfenceable-ready in a heartbeat.
+                handle.set_repairing(self.id, self.partitions.repairing());
+            }
             replicate::start_fetchers(&replicate::FetchContext {
                 table: self.partitions.clone(),
                 lifecycle: self.lifecycle.clone(),
                 broker_id: self.config.broker_id,
                 settings: self.config.cluster.clone(),
+                tls: self.tls(),
+                cluster,
             });
         }
         self.groups.load().await?;
@@ -504,6 +549,8 @@ impl Shard {
 }
 
 impl ControllerHost for Shard {
+    type Error = BrokerError;
+
     fn publish(&self, image: Arc<MetadataImage>) -> LocalFuture<'_, Result<(), BrokerError>> {
         Box::pin(async move {
             let remote = image.clone();
@@ -518,15 +565,17 @@ impl ControllerHost for Shard {
         })
     }
 
-    fn check_topic_configs(
-        &self,
-        configs: &BTreeMap<String, String>,
-    ) -> Result<(), TopicConfigError> {
-        topic_config::validate(configs, &self.config)
+    fn check_topic_configs(&self, configs: &BTreeMap<String, String>) -> Result<(), String> {
+        topic_config::validate(configs, &self.config).map_err(|e| e.to_string())
     }
 
-    fn cluster(&self) -> Option<Arc<ClusterHandle>> {
+    fn is_topic_config(&self, key: &str) -> bool {
+        topic_config::doc(key).is_some()
+    }
+
+    fn cluster(&self) -> Option<Arc<dyn ControllerCluster>> {
         self.cluster_handle()
+            .map(|h| h as Arc<dyn ControllerCluster>)
     }
 }
 

@@ -76,6 +76,7 @@ fn leadership(
         clustered,
         active_controller,
         controller_id,
+        unclean_leader_elections: image.unclean_leader_elections,
         ..ClusterFigures::default()
     };
     for topic in image.topics.values() {

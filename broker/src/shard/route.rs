@@ -7,12 +7,12 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
+use borges_replication::controller::{ControllerRequest, Results};
 use borges_runtime::task;
 use borges_runtime::time::{self, Instant};
 use futures_channel::oneshot;
 
 use super::{Shard, ShardMessage};
-use crate::controller::{ControllerRequest, Results};
 use crate::failure::Failure;
 use crate::groups::coordinator::{self, check_group_id, GroupMessage, GroupRequest, GroupResponse};
 use crate::lifecycle::LifecycleMessage;

@@ -98,6 +98,17 @@ pub(crate) struct ProducerBatch {
     pub attempts: u32,
     /// Not before this instant (retry backoff).
     pub not_before: Option<Instant>,
+    /// The address the last attempt failed at.
+    pub failed_at: Option<String>,
+    /// Whether that failure asked for new metadata (a leader that moved, a connection lost,
+    /// a timeout). Then, while the metadata still routes the partition to `failed_at`, the
+    /// backoff runs and metadata is refreshed; once it routes elsewhere the batch goes at
+    /// once (Kafka's KIP-951: no backoff after a leader change).
+    pub failed_leader: bool,
+    /// Consecutive failed attempts at `failed_at`: the exponent of the retry backoff, so a new
+    /// leader's first refusal (its core not serving yet) backs off `retry_backoff_ms`, not
+    /// what the old leader's failures grew it to.
+    pub backoff_attempts: u32,
     /// Buffer memory to give back when the batch completes.
     pub reserved_bytes: usize,
     /// Idempotent producers: the batch's producer id, epoch and first sequence, from its first
@@ -109,6 +120,19 @@ pub(crate) struct ProducerBatch {
 }
 
 impl ProducerBatch {
+    /// Notes that the attempt at `addr` failed (`needs_metadata`: the error asked for new
+    /// metadata): the backoff's exponent grows while it fails at one address and restarts at
+    /// another.
+    pub fn failed(&mut self, addr: &str, needs_metadata: bool) {
+        if self.failed_at.as_deref() == Some(addr) {
+            self.backoff_attempts += 1;
+        } else {
+            self.failed_at = Some(addr.to_string());
+            self.backoff_attempts = 1;
+        }
+        self.failed_leader = needs_metadata;
+    }
+
     /// A new, empty batch `id` of `topic`/`partition` around `builder`.
     fn open(
         id: u64,
@@ -127,6 +151,9 @@ impl ProducerBatch {
             created,
             attempts: 0,
             not_before: None,
+            failed_at: None,
+            failed_leader: false,
+            backoff_attempts: 0,
             reserved_bytes: 0,
             sequence: None,
             sequence_sent: false,
@@ -269,6 +296,9 @@ pub(crate) struct Drained {
     pub next_wakeup: Option<Instant>,
     /// Some partition with data has no known leader: metadata should be refreshed.
     pub leader_missing: bool,
+    /// Some partition's next batch backs off after its leader failed, and the metadata still
+    /// names that leader: metadata should be refreshed (again) until it names another.
+    pub leader_failed: bool,
     /// Some partition waits for a new producer id (its epochs are used up).
     pub producer_id_needed: bool,
 }
@@ -576,8 +606,32 @@ impl Accumulator {
         if refusal == Refusal::Renumber {
             batch.sequence = None;
             batch.sequence_sent = false;
+            self.renumber_waiting(batch);
         }
         refusal
+    }
+
+    /// After an epoch bump (or a batch of an older identity coming back), the batches of the
+    /// partition waiting for their retry with an older identity's sequence are renumbered
+    /// too. Left as they were, they would keep the window from handing out sequences
+    /// (`can_assign` waits for every older-identity batch) while the renumbered batch in
+    /// front of them waits for a sequence: neither would ever be sent.
+    fn renumber_waiting(&mut self, batch: &ProducerBatch) {
+        let index = self.topic(&batch.topic);
+        let queue = self.topics[index].queue(batch.partition);
+        let Some(sequences) = queue.sequences.as_mut() else {
+            return;
+        };
+        for waiting in queue.ready.iter_mut() {
+            let Some(sent) = waiting.sequence else {
+                continue;
+            };
+            if !sequences.is_current(sent) {
+                sequences.renumbered(waiting.id);
+                waiting.sequence = None;
+                waiting.sequence_sent = false;
+            }
+        }
     }
 
     /// `batch` fails for good although it was to be retried (its retries ran out).
@@ -688,6 +742,31 @@ struct Building {
     partition_in_slot: Option<(usize, bool)>,
 }
 
+/// Whether `front` still waits for its backoff (the wake-up is noted in `drained`). A batch
+/// whose failed leader the metadata has replaced goes at once (KIP-951); one whose leader the
+/// metadata still names asks for a metadata refresh.
+fn waits_out_backoff(
+    front: &ProducerBatch,
+    now: Instant,
+    route: &impl Fn(&str, i32) -> Option<String>,
+    drained: &mut Drained,
+) -> bool {
+    let Some(at) = front.not_before.filter(|at| *at > now) else {
+        return false;
+    };
+    let moved = front
+        .failed_at
+        .as_ref()
+        .filter(|_| front.failed_leader)
+        .map(|failed| route(&front.topic, front.partition).is_some_and(|addr| addr != *failed));
+    if moved == Some(true) {
+        return false;
+    }
+    drained.leader_failed |= moved.is_some();
+    earliest(&mut drained.next_wakeup, at);
+    true
+}
+
 /// Moves the sendable batches of one partition into requests: in order, while the front batch
 /// is not waiting for its backoff, has a leader, fits (request size, requests in flight per
 /// address) and, for idempotent producers, can keep or get a sequence. A batch sent before
@@ -703,8 +782,7 @@ fn drain_partition(
 ) {
     building.partition_in_slot = None;
     while let Some(front) = queue.ready.front() {
-        if let Some(at) = front.not_before.filter(|at| *at > now) {
-            earliest(&mut drained.next_wakeup, at);
+        if waits_out_backoff(front, now, route, drained) {
             return;
         }
         if let (None, Some(s)) = (front.sequence, &queue.sequences) {
@@ -947,6 +1025,48 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_whose_leader_failed_goes_at_once_when_the_metadata_names_another() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        append(&mut acc, &t, 0, &value(10), now);
+        let drained = acc.drain(now + Duration::from_millis(5), route);
+        let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
+        let retry_at = now + Duration::from_millis(1000);
+        for b in &mut batches {
+            b.not_before = Some(retry_at);
+        }
+        assert_eq!(batches[0].backoff_attempts, 0);
+        batches[0].failed(&addr, true);
+        batches[0].failed(&addr, true);
+        assert_eq!(batches[0].backoff_attempts, 2, "grows at one address");
+        acc.finish_request(&addr, &[], batches);
+        let later = now + Duration::from_millis(10);
+        let same = acc.drain(later, route);
+        assert!(
+            same.requests.is_empty(),
+            "the backoff runs at the same leader"
+        );
+        assert!(
+            same.leader_failed,
+            "metadata is asked for while it names the failed leader"
+        );
+        assert_eq!(same.next_wakeup, Some(retry_at));
+        let moved = acc.drain(later, |_, _| Some("elsewhere".to_string()));
+        assert!(!moved.leader_failed);
+        let (to, sent) = moved.requests.into_iter().next().expect("sent at once");
+        assert_eq!((to.as_str(), sent.len()), ("elsewhere", 1));
+        // A failure that did not ask for metadata (NotEnoughReplicas) keeps its backoff.
+        let mut sent = sent;
+        sent[0].failed(&to, false);
+        assert_eq!(sent[0].backoff_attempts, 1, "restarts at another address");
+        sent[0].not_before = Some(retry_at);
+        acc.finish_request(&to, &[], sent);
+        let kept = acc.drain(later, |_, _| Some("third".to_string()));
+        assert!(kept.requests.is_empty() && !kept.leader_failed);
+    }
+
+    #[test]
     fn partitions_without_leader_wait_and_old_batches_expire() {
         let mut acc = Accumulator::new(config(), 1);
         let t: Arc<str> = "t".into();
@@ -1129,6 +1249,48 @@ mod tests {
         let h: Vec<_> = resent.iter_mut().map(header).collect();
         assert_eq!((h[0].producer_epoch, h[0].base_sequence), (1, 0));
         assert_eq!((h[1].producer_epoch, h[1].base_sequence), (1, 2));
+    }
+
+    /// A batch waiting for its retry with the old epoch's sequence when an earlier batch of its
+    /// partition causes the bump is renumbered too: it would otherwise keep the renumbered
+    /// batch in front of it from getting a sequence, and neither would ever be sent again.
+    #[test]
+    fn a_bump_renumbers_the_batches_waiting_with_the_old_epoch() {
+        let mut acc = Accumulator::new(idempotent_config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        let mut requests = Vec::new();
+        for i in 0..2 {
+            append(&mut acc, &t, 0, &value(400), now);
+            let at = now + Duration::from_millis(5 * (i + 1));
+            requests.push(acc.drain(at, route).requests.remove(0));
+        }
+        let (addr_b, mut b) = requests.pop().unwrap();
+        let (addr_a, mut a) = requests.pop().unwrap();
+        let moved = ClientError::Broker {
+            code: borges_protocol::ErrorCode::NotLeaderOrFollower,
+            message: None,
+        };
+        let gap = ClientError::Broker {
+            code: borges_protocol::ErrorCode::OutOfOrderSequenceNumber,
+            message: None,
+        };
+        b[0].sequence_sent = true;
+        assert_eq!(acc.batch_refused(&mut b[0], &moved), Refusal::Retry);
+        acc.finish_request(&addr_b, &[], b);
+        a[0].sequence_sent = true;
+        assert_eq!(acc.batch_refused(&mut a[0], &gap), Refusal::Renumber);
+        acc.finish_request(&addr_a, &[], a);
+        let later = now + Duration::from_millis(20);
+        let mut again = acc.drain(later, route);
+        let mut resent: Vec<ProducerBatch> =
+            again.requests.drain(..).flat_map(|(_, b)| b).collect();
+        let h: Vec<_> = resent.iter_mut().map(header).collect();
+        let fields: Vec<_> = h
+            .iter()
+            .map(|h| (h.producer_epoch, h.base_sequence))
+            .collect();
+        assert_eq!(fields, [(1, 0), (1, 1)], "both renumbered, in order");
     }
 
     #[test]

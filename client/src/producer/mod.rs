@@ -496,6 +496,7 @@ async fn run_sender(inner: Arc<Inner>) {
                 .map(str::to_string)
         });
         if drained.leader_missing
+            || drained.leader_failed
             || now.duration_since(metadata.fetched_at).as_millis() as u64
                 > inner.core.config.metadata_max_age_ms
         {
@@ -556,16 +557,20 @@ async fn send_request(inner: &Arc<Inner>, addr: String, mut batches: Vec<Produce
     }
     let (request, layout) = produce_request(&inner.config, &batches);
     let submitted = match inner.core.connection(&addr).await {
-        Ok(conn) => conn.submit(request).await,
+        Ok(conn) => conn.submit(request).await.map(|r| (conn, r)),
         Err(e) => Err(e),
     };
     let timeout_ms = inner.core.config.request_timeout_ms + inner.config.linger_ms;
     let inner = inner.clone();
     match submitted {
         Err(e) => finish_request(&inner, &addr, batches, &layout, Err(e)),
-        Ok(receiver) => {
+        Ok((conn, receiver)) => {
             tokio::spawn(async move {
-                let reply = await_reply(receiver, timeout_ms, &addr).await;
+                let reply = await_reply(receiver, timeout_ms, &conn).await;
+                drop(conn);
+                if matches!(reply, Err(ClientError::Timeout { .. })) {
+                    inner.core.suspect_unresponsive(&addr);
+                }
                 finish_request(&inner, &addr, batches, &layout, reply);
             });
         }
@@ -684,6 +689,7 @@ fn finish_request(
             Err(e) => e,
         };
         refresh |= e.needs_metadata_refresh();
+        batch.failed(addr, e.needs_metadata_refresh());
         let refusal = acc.batch_refused(&mut batch, &e);
         let at = match refusal {
             Refusal::Fail => None,
@@ -730,7 +736,7 @@ fn retry_at(config: &ProducerConfig, batch: &ProducerBatch, now: Instant) -> Opt
         return None;
     }
     let backoff = crate::retry::backoff_ms(
-        batch.attempts,
+        batch.backoff_attempts.max(1),
         config.retry_backoff_ms,
         config.retry_backoff_max_ms,
         batch.id,

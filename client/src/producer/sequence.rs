@@ -122,6 +122,12 @@ impl PartitionSequences {
         }
     }
 
+    /// Batch `batch_id`, sent with an older identity and waiting for its retry, will be
+    /// renumbered: its old sequence is forgotten.
+    pub fn renumbered(&mut self, batch_id: u64) {
+        self.forget(batch_id);
+    }
+
     /// The batch will be renumbered: its old sequence is forgotten.
     fn forget(&mut self, batch_id: u64) {
         self.window.retain(|s| s.batch_id != batch_id);

@@ -48,6 +48,7 @@ pub struct BorgesDriver {
     bootstrap: String,
     runtime: Handle,
     shard_aware: bool,
+    tls: Option<borges_client::TlsConfig>,
 }
 
 impl BorgesDriver {
@@ -58,7 +59,14 @@ impl BorgesDriver {
             bootstrap: bootstrap.to_string(),
             runtime,
             shard_aware: true,
+            tls: None,
         })
+    }
+
+    /// Connects with TLS (none: plaintext).
+    pub fn tls(mut self, tls: Option<borges_client::TlsConfig>) -> BorgesDriver {
+        self.tls = tls;
+        self
     }
 
     /// Whether clients connect to each partition's owning core (the default) or only to the
@@ -72,6 +80,7 @@ impl BorgesDriver {
         ClientConfig::new(&self.bootstrap)
             .client_id(client_id)
             .shard_aware(self.shard_aware)
+            .tls(self.tls.clone())
     }
 
     fn admin(&self) -> Result<Admin> {

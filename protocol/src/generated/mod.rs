@@ -188,5 +188,13 @@ pub mod borges {
     pub use self::init_producer_id_request_generated::*;
     mod init_producer_id_response_generated;
     pub use self::init_producer_id_response_generated::*;
+    mod sasl_handshake_request_generated;
+    pub use self::sasl_handshake_request_generated::*;
+    mod sasl_handshake_response_generated;
+    pub use self::sasl_handshake_response_generated::*;
+    mod sasl_authenticate_request_generated;
+    pub use self::sasl_authenticate_request_generated::*;
+    mod sasl_authenticate_response_generated;
+    pub use self::sasl_authenticate_response_generated::*;
   } // wire
 } // borges

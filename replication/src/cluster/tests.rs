@@ -52,12 +52,19 @@ impl Log {
     }
 
     fn topic(&mut self, name: &str, partitions: usize, rf: usize) {
+        self.topic_with(name, partitions, rf, &[]);
+    }
+
+    fn topic_with(&mut self, name: &str, partitions: usize, rf: usize, configs: &[(&str, &str)]) {
         let placed = place_replicas(self.image(), partitions, rf).unwrap();
         let r = self.apply(MetadataChange::CreateTopic(TopicRecord {
             name: name.into(),
             id: Uuid::random(),
             internal: false,
-            configs: BTreeMap::new(),
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             partitions: placed,
         }));
         assert_eq!(r.error, None);
@@ -65,6 +72,41 @@ impl Log {
 
     fn partition(&self, name: &str, p: usize) -> PartitionRecord {
         self.image().topics[name].partitions[p].clone()
+    }
+
+    fn epoch_of(&self, id: i32) -> u64 {
+        self.image().brokers[&id].epoch
+    }
+
+    fn fence(&mut self, id: i32) {
+        let epoch = self.epoch_of(id);
+        let r = self.apply(MetadataChange::FenceBroker { id, epoch });
+        assert_eq!(r.error, None);
+    }
+
+    /// The broker restarts: registers again, then is unfenced.
+    fn come_back(&mut self, id: i32) {
+        let reg = self.apply(MetadataChange::RegisterBroker(registration(id, 1)));
+        assert_eq!(reg.error, None);
+        let r = self.apply(MetadataChange::UnfenceBroker {
+            id,
+            epoch: reg.index,
+        });
+        assert_eq!(r.error, None);
+    }
+
+    /// The partition's leader asks for `isr`.
+    fn alter_isr(&mut self, name: &str, isr: Vec<i32>) -> ChangeReply {
+        let p = self.partition(name, 0);
+        self.apply(MetadataChange::AlterPartition(AlterPartition {
+            topic: name.into(),
+            partition: 0,
+            leader: p.leader,
+            broker_epoch: self.epoch_of(p.leader),
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            isr,
+        }))
     }
 }
 
@@ -128,7 +170,7 @@ fn fencing_moves_leadership_to_the_isr_and_bumps_the_epoch() {
 }
 
 #[test]
-fn the_last_isr_member_keeps_its_place_and_leads_again_when_back() {
+fn the_last_isr_member_moves_to_the_elr_and_leads_again_when_back() {
     let mut log = Log::new();
     let epochs = log.brokers(1, 1);
     log.topic("t", 1, 1);
@@ -137,7 +179,10 @@ fn the_last_isr_member_keeps_its_place_and_leads_again_when_back() {
         epoch: epochs[0],
     });
     let p = log.partition("t", 0);
-    assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]));
+    assert_eq!(
+        (p.leader, p.isr.clone(), p.elr.clone()),
+        (NO_LEADER, vec![], vec![1])
+    );
     let reg = log.apply(MetadataChange::RegisterBroker(registration(1, 1)));
     assert!(reg.index > epochs[0]);
     log.apply(MetadataChange::UnfenceBroker {
@@ -146,6 +191,160 @@ fn the_last_isr_member_keeps_its_place_and_leads_again_when_back() {
     });
     let p = log.partition("t", 0);
     assert_eq!((p.leader, p.leader_epoch), (1, 2));
+    assert_eq!((p.isr, p.elr), (vec![1], vec![]));
+}
+
+/// KIP-966: replicas leaving an ISR that is below min.insync.replicas join the ELR (the high
+/// watermark stops while the ISR is that small, so they hold every committed record); with
+/// the ISR empty the leader comes from the ELR, never from a replica that left earlier.
+#[test]
+fn with_the_isr_empty_the_leader_comes_from_the_elr_only() {
+    let mut log = Log::new();
+    log.brokers(3, 1);
+    log.topic_with("t", 1, 3, &[("min.insync.replicas", "2")]);
+    let p = log.partition("t", 0);
+    let (l, a, b) = (p.replicas[0], p.replicas[1], p.replicas[2]);
+    log.fence(a);
+    let p = log.partition("t", 0);
+    assert_eq!(
+        (p.isr.len(), p.elr.clone()),
+        (2, vec![]),
+        "ISR still at min: no ELR"
+    );
+    log.fence(b);
+    let p = log.partition("t", 0);
+    assert_eq!((p.isr.clone(), p.elr.clone()), (vec![l], vec![b]));
+    log.fence(l);
+    let p = log.partition("t", 0);
+    assert_eq!(p.leader, NO_LEADER);
+    assert_eq!((p.isr.clone(), p.elr.clone()), (vec![], vec![b, l]));
+    // `a` left while the ISR was still at min.insync.replicas: it may miss committed records.
+    log.come_back(a);
+    assert_eq!(log.partition("t", 0).leader, NO_LEADER, "a is not eligible");
+    let epoch_before = log.partition("t", 0).leader_epoch;
+    log.come_back(b);
+    let p = log.partition("t", 0);
+    assert_eq!(p.leader, b, "an ELR member leads");
+    assert_eq!(p.leader_epoch, epoch_before + 1);
+    assert_eq!((p.isr.clone(), p.elr.clone()), (vec![b], vec![l]));
+    assert_eq!(log.image().unclean_leader_elections, 0);
+    // The ISR back at min.insync.replicas: the ELR is cleared.
+    assert_eq!(log.alter_isr("t", vec![b, a]).error, None);
+    let p = log.partition("t", 0);
+    assert_eq!((p.isr.len(), p.elr.clone()), (2, vec![]));
+}
+
+#[test]
+fn an_isr_shrink_below_min_insync_through_alter_partition_fills_the_elr() {
+    let mut log = Log::new();
+    log.brokers(3, 1);
+    log.topic_with("t", 1, 3, &[("min.insync.replicas", "2")]);
+    let p = log.partition("t", 0);
+    let (l, a, b) = (p.replicas[0], p.replicas[1], p.replicas[2]);
+    assert_eq!(log.alter_isr("t", vec![l]).error, None);
+    let p = log.partition("t", 0);
+    assert_eq!((p.isr.clone(), p.elr.clone()), (vec![l], vec![a, b]));
+    assert_eq!(log.alter_isr("t", vec![l, b]).error, None);
+    let p = log.partition("t", 0);
+    assert_eq!((p.isr.clone(), p.elr.clone()), (vec![l, b], vec![]));
+}
+
+/// Unclean election (a replica that is neither in the ISR nor in the ELR leads) only where
+/// the topic enables it, and then counted in the image.
+#[test]
+fn unclean_election_is_off_by_default_and_counted_when_a_topic_enables_it() {
+    let mut log = Log::new();
+    log.brokers(3, 1);
+    log.topic("t", 1, 3);
+    let p = log.partition("t", 0);
+    let (l, a, b) = (p.replicas[0], p.replicas[1], p.replicas[2]);
+    log.fence(a);
+    log.fence(b);
+    log.fence(l);
+    let p = log.partition("t", 0);
+    assert_eq!(
+        (p.leader, p.isr.clone(), p.elr.clone()),
+        (NO_LEADER, vec![], vec![l])
+    );
+    log.come_back(a);
+    assert_eq!(
+        log.partition("t", 0).leader,
+        NO_LEADER,
+        "unclean election is off"
+    );
+    let configs: BTreeMap<String, String> = [(
+        "unclean.leader.election.enable".to_string(),
+        "true".to_string(),
+    )]
+    .into();
+    let r = log.apply(MetadataChange::SetTopicConfigs {
+        name: "t".into(),
+        configs,
+    });
+    assert_eq!(r.error, None);
+    let p = log.partition("t", 0);
+    assert_eq!(p.leader, a, "turning it on elects at once");
+    assert_eq!((p.isr.clone(), p.elr.clone()), (vec![a], vec![]));
+    assert_eq!(log.image().unclean_leader_elections, 1);
+    // The old ISR member comes back as a follower: nothing else is unclean.
+    log.come_back(l);
+    assert_eq!(log.partition("t", 0).leader, a);
+    assert_eq!(log.image().unclean_leader_elections, 1);
+}
+
+#[test]
+fn with_unclean_election_on_an_elr_member_is_still_preferred() {
+    let mut log = Log::new();
+    log.brokers(3, 1);
+    log.topic_with("t", 1, 3, &[("unclean.leader.election.enable", "true")]);
+    let p = log.partition("t", 0);
+    let (l, a, b) = (p.replicas[0], p.replicas[1], p.replicas[2]);
+    log.fence(a);
+    log.fence(b);
+    log.fence(l);
+    log.come_back(l);
+    let p = log.partition("t", 0);
+    assert_eq!((p.leader, p.isr.clone()), (l, vec![l]));
+    assert_eq!(log.image().unclean_leader_elections, 0);
+    // While the last leader is down, any running replica leads (counted).
+    log.fence(l);
+    log.come_back(b);
+    assert_eq!(log.partition("t", 0).leader, b);
+    assert_eq!(log.image().unclean_leader_elections, 1);
+}
+
+#[test]
+fn the_preferred_replica_leads_again_once_it_is_back_in_the_isr() {
+    let mut log = Log::new();
+    log.brokers(3, 1);
+    log.topic("t", 1, 3);
+    let p = log.partition("t", 0);
+    let preferred = p.replicas[0];
+    log.fence(preferred);
+    let moved = log.partition("t", 0);
+    assert_ne!(moved.leader, preferred);
+    log.come_back(preferred);
+    assert_eq!(
+        preferred_leader_imbalance(log.image()),
+        0,
+        "not in the ISR yet"
+    );
+    let r = log.apply(MetadataChange::ElectPreferredLeaders);
+    assert_eq!(r.error, None);
+    assert_eq!(
+        log.partition("t", 0).leader,
+        moved.leader,
+        "not in the ISR: stays"
+    );
+    let isr = moved.replicas.clone();
+    assert_eq!(log.alter_isr("t", isr).error, None);
+    assert_eq!(preferred_leader_imbalance(log.image()), 1);
+    log.apply(MetadataChange::ElectPreferredLeaders);
+    let back = log.partition("t", 0);
+    assert_eq!(back.leader, preferred);
+    assert_eq!(back.leader_epoch, moved.leader_epoch + 1);
+    assert_eq!(Some(back.core), back.core_on(preferred));
+    assert_eq!(preferred_leader_imbalance(log.image()), 0);
 }
 
 #[test]

@@ -9,17 +9,17 @@
 //! `AllocateProducerIds`), so that two brokers never get the same block.
 
 use std::cell::{Cell, RefCell};
-use std::future::Future;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use borges_protocol::ErrorCode;
 use borges_runtime::sync::Semaphore;
 
-use crate::error::BrokerError;
+use super::{ControllerCluster, ControllerError, LocalFuture};
 use crate::failure::Failure;
+use crate::metadata::MetadataChange;
 
 /// Ids reserved at once: one durable write per this many producers.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
@@ -38,9 +38,6 @@ pub struct ProducerIdAndEpoch {
     pub producer_epoch: i16,
 }
 
-/// A future that stays on its core.
-pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
-
 /// Where blocks of producer ids come from. Lives on the controller core.
 pub trait ProducerIdBlocks {
     /// Reserves `size` ids no one else was or will be given; durable before it resolves.
@@ -58,11 +55,11 @@ pub struct DurableCounter {
 impl DurableCounter {
     /// Reads the counter in `meta_dir` (0 when the file does not exist yet). A file that exists
     /// but does not decode stops the broker: continuing could hand out ids twice.
-    pub fn load(meta_dir: &Path) -> Result<DurableCounter, BrokerError> {
+    pub fn load(meta_dir: &Path) -> Result<DurableCounter, ControllerError> {
         let path = meta_dir.join(PRODUCER_IDS_FILE);
         let next = match std::fs::read(&path) {
             Ok(bytes) => decode(&bytes).map_err(|reason| {
-                BrokerError::Config(format!(
+                ControllerError::Damaged(format!(
                     "{} is damaged ({reason}); it records which producer ids were handed out, \
                      so the broker will not guess (restore it or remove it only if no \
                      idempotent producer ever wrote to this cluster)",
@@ -71,7 +68,7 @@ impl DurableCounter {
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(cause) => {
-                return Err(BrokerError::Io {
+                return Err(ControllerError::Io {
                     context: format!("reading {}", path.display()),
                     cause,
                 })
@@ -139,6 +136,33 @@ fn decode(src: &[u8]) -> Result<i64, String> {
     Ok(next)
 }
 
+/// Producer-id blocks reserved through the metadata log (Kafka's AllocateProducerIds), so
+/// every broker of the cluster hands out ids no other broker does. Lives on the controller
+/// core.
+pub struct ClusterProducerIds(pub Arc<dyn ControllerCluster>);
+
+impl ProducerIdBlocks for ClusterProducerIds {
+    fn reserve(&self, size: i64) -> LocalFuture<'_, Result<Range<i64>, Failure>> {
+        Box::pin(async move {
+            let change = MetadataChange::AllocateProducerIds {
+                broker: self.0.node_id(),
+                size,
+            };
+            let reply = self.0.write(change).await?;
+            if let Some((code, message)) = reply.error {
+                return Err(Failure::new(ErrorCode::from_u16(code), message));
+            }
+            let start = reply.block_start.ok_or_else(|| {
+                Failure::new(
+                    ErrorCode::UnknownServerError,
+                    "no producer-id block in the reply",
+                )
+            })?;
+            Ok(start..start + size)
+        })
+    }
+}
+
 /// Hands out producer ids from reserved blocks, one request at a time. Lives on the
 /// controller core.
 pub struct ProducerIdManager {
@@ -188,6 +212,23 @@ impl ProducerIdManager {
 mod tests {
     use super::*;
 
+    /// Runs `f` on a fresh single-core executor (as the broker's unit tests do).
+    fn on_one_core<F, Fut, T>(f: F) -> T
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let config = borges_runtime::executor::ExecutorConfig {
+            preempt_timer_ms: 1000,
+            ..Default::default()
+        };
+        match borges_runtime::executor::run_on_one_core(&config, f) {
+            Ok(t) => t,
+            Err(e) => panic!("test executor failed: {e}"),
+        }
+    }
+
     #[test]
     fn counter_file_round_trips_and_refuses_damage() {
         let bytes = encode(123_000);
@@ -205,7 +246,7 @@ mod tests {
     fn ids_are_never_handed_out_twice_across_restarts() {
         let dir = tempfile::tempdir().unwrap();
         let meta = dir.path().to_path_buf();
-        crate::testing::on_one_core(move || async move {
+        on_one_core(move || async move {
             let mut seen = std::collections::HashSet::new();
             for restart in 0..3 {
                 let counter = DurableCounter::load(&meta).unwrap();

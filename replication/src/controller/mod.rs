@@ -1,13 +1,19 @@
-//! The controller: core 0 performs every metadata change of this broker, one at a time:
-//! validate, persist, then wait until every core has opened, reconfigured or deleted its
-//! partitions. Requests arriving on other cores are forwarded here.
+//! The controller: core 0 of every broker performs that broker's metadata changes, one at a
+//! time: validate, persist, then wait until every core has opened, reconfigured or deleted
+//! its partitions. Requests arriving on other cores are forwarded there by the broker.
 //!
 //! Single node: core 0 owns the metadata store (a file) and pushes each new image to every
 //! core. Cluster: the change is committed through the Raft metadata log by the active
-//! controller (`ClusterHandle::write`), every member applies it, and this broker answers once
-//! all its cores applied it. Topics are placed on running brokers (`place_replicas`). The
+//! controller ([`ControllerCluster::write`]), every member applies it, and this broker answers
+//! once all its cores applied it. Topics are placed on running brokers (`place_replicas`). The
 //! state machine re-validates every change against the image it applies to, so requests
 //! racing on two brokers both commit and the later one is answered with the refusal.
+//!
+//! The broker reaches this module through [`ControllerHost`] (its cores, its topic-config
+//! validation) and [`ControllerCluster`] (its cluster member's handle); this crate names no
+//! broker type.
+
+pub mod producer_ids;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -16,22 +22,45 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use borges_protocol::ErrorCode;
-use borges_replication::cluster::place_replicas;
 use borges_runtime::sync::Semaphore;
 use borges_runtime::task;
 use futures_channel::oneshot;
+use thiserror::Error;
 
-use crate::cluster::ClusterHandle;
-use crate::error::BrokerError;
+use crate::cluster::{place_replicas, ChangeReply};
 use crate::failure::Failure;
 use crate::metadata::{
     check_topic_name, MetadataChange, MetadataError, MetadataImage, MetadataStore, PartitionRecord,
     TopicRecord, Uuid, CONSUMER_OFFSETS_TOPIC,
 };
-use crate::producer_ids::{DurableCounter, ProducerIdAndEpoch, ProducerIdManager};
-use crate::topic_config::{self, TopicConfigError};
+use producer_ids::{DurableCounter, ProducerIdAndEpoch, ProducerIdManager};
+
+/// Why the controller could not load (start-up errors; requests answer [`Failure`]s).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ControllerError {
+    /// A controller file exists but cannot be trusted (the broker reports it as invalid
+    /// configuration: an operator must decide).
+    #[error("{0}")]
+    Damaged(String),
+    /// Reading a controller file failed.
+    #[error("{context}: {cause}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        cause: std::io::Error,
+    },
+    /// The metadata store is unreadable.
+    #[error("metadata: {0}")]
+    Metadata(#[from] MetadataError),
+    /// A metadata change failed.
+    #[error(transparent)]
+    Failed(#[from] Failure),
+}
 
 /// A topic to create.
 #[derive(Debug, Clone)]
@@ -114,19 +143,39 @@ pub enum ControllerRequest {
     },
 }
 
-/// What the controller needs from the broker it runs in. Narrow on purpose: the controller
-/// becomes the Raft-replicated metadata quorum, which publishes images to brokers instead of
-/// to the cores of its own process.
+/// What the controller needs from the broker it runs in (its core 0). Narrow on purpose.
 pub trait ControllerHost {
+    /// The broker's error; start-up errors of the controller convert into it.
+    type Error: From<ControllerError> + std::fmt::Display;
     /// Pushes `image` to every core and resolves once each has applied it.
-    fn publish(&self, image: Arc<MetadataImage>) -> LocalFuture<'_, Result<(), BrokerError>>;
-    /// Checks topic config overrides against the broker's settings.
-    fn check_topic_configs(
-        &self,
-        configs: &BTreeMap<String, String>,
-    ) -> Result<(), TopicConfigError>;
+    fn publish(&self, image: Arc<MetadataImage>) -> LocalFuture<'_, Result<(), Self::Error>>;
+    /// Checks topic config overrides against the broker's settings; the error says why not.
+    fn check_topic_configs(&self, configs: &BTreeMap<String, String>) -> Result<(), String>;
+    /// Whether `key` is a topic config the broker knows.
+    fn is_topic_config(&self, key: &str) -> bool;
     /// The cluster member, in cluster mode.
-    fn cluster(&self) -> Option<Arc<ClusterHandle>>;
+    fn cluster(&self) -> Option<Arc<dyn ControllerCluster>>;
+}
+
+/// What the controller needs from the cluster member of its process (cluster mode): the
+/// broker's cluster handle, which reaches the Raft executor thread.
+pub trait ControllerCluster: Send + Sync {
+    /// This broker's node id.
+    fn node_id(&self) -> i32;
+    /// The latest image the member applied.
+    fn latest(&self) -> Arc<MetadataImage>;
+    /// Commits a metadata change through the active controller.
+    fn write(&self, change: MetadataChange) -> LocalFuture<'_, Result<ChangeReply, Failure>>;
+    /// Waits until every core has applied `revision`; false after `timeout`.
+    fn wait_applied(&self, revision: u64, timeout: Duration) -> LocalFuture<'_, bool>;
+    /// How long metadata requests wait for the controller.
+    fn request_timeout(&self) -> Duration;
+    /// The number of controller voters.
+    fn voters(&self) -> usize;
+    /// The replication factor of a topic created with -1.
+    fn default_replication_factor(&self) -> i16;
+    /// The replication factor `__consumer_offsets` asks for.
+    fn offsets_topic_replication_factor(&self) -> i16;
 }
 
 /// A future that stays on its core.
@@ -173,12 +222,12 @@ impl Controller {
 
 impl Controller {
     /// Loads the metadata store (creating it on first start) and pushes it to every core.
-    pub async fn load(&self, host: &dyn ControllerHost) -> Result<(), BrokerError> {
+    pub async fn load<H: ControllerHost + ?Sized>(&self, host: &H) -> Result<(), H::Error> {
         if let Some(cluster) = host.cluster() {
             // The image comes from the metadata log; `__consumer_offsets` is created once
             // enough brokers run (`ensure_offsets_topic`); producer-id blocks come from the
             // log too, so no two brokers hand out the same id.
-            let blocks = crate::cluster::ClusterProducerIds(cluster);
+            let blocks = producer_ids::ClusterProducerIds(cluster);
             *self.producer_ids.borrow_mut() =
                 Some(Rc::new(ProducerIdManager::new(Box::new(blocks))));
             return Ok(());
@@ -191,7 +240,7 @@ impl Controller {
                 .parent()
                 .map(std::path::Path::to_path_buf)
                 .unwrap_or_else(|| data_dir.clone());
-            Ok::<_, BrokerError>((store, DurableCounter::load(&meta_dir)?))
+            Ok::<_, ControllerError>((store, DurableCounter::load(&meta_dir)?))
         })
         .await?;
         *self.producer_ids.borrow_mut() = Some(Rc::new(ProducerIdManager::new(Box::new(counter))));
@@ -210,7 +259,8 @@ impl Controller {
                 host,
                 MetadataChange::CreateTopic(self.offsets_topic(&image)),
             )
-            .await?
+            .await
+            .map_err(ControllerError::from)?
         };
         host.publish(image).await
     }
@@ -239,7 +289,7 @@ impl Controller {
 
     /// Cluster mode: creates `__consumer_offsets` once as many brokers run as its
     /// replication factor asks (capped by the voter count). Returns whether it exists now.
-    pub async fn ensure_offsets_topic(&self, host: &dyn ControllerHost) -> bool {
+    pub async fn ensure_offsets_topic<H: ControllerHost + ?Sized>(&self, host: &H) -> bool {
         let Some(cluster) = host.cluster() else {
             return true;
         };
@@ -247,8 +297,8 @@ impl Controller {
         if image.topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
             return true;
         }
-        let voters = cluster.settings.controller_voters.len().max(1);
-        let rf = (cluster.settings.offsets_topic_replication_factor.max(1) as usize).min(voters);
+        let voters = cluster.voters().max(1);
+        let rf = (cluster.offsets_topic_replication_factor().max(1) as usize).min(voters);
         let Ok(placed) =
             place_replicas(&image, self.settings.offsets_topic_partitions as usize, rf)
         else {
@@ -269,13 +319,13 @@ impl Controller {
 
     /// Persists a change (on a blocking thread, or through the cluster's metadata log) and
     /// returns the new image.
-    async fn commit(
+    async fn commit<H: ControllerHost + ?Sized>(
         &self,
-        host: &dyn ControllerHost,
+        host: &H,
         change: MetadataChange,
     ) -> Result<Arc<MetadataImage>, Failure> {
         if let Some(cluster) = host.cluster() {
-            return commit_to_cluster(&cluster, change).await;
+            return commit_to_cluster(&*cluster, change).await;
         }
         let store = self.store.borrow_mut().take();
         let Some(mut store) = store else {
@@ -302,7 +352,7 @@ impl Controller {
         Ok(image)
     }
 
-    fn current(&self, host: &dyn ControllerHost) -> Arc<MetadataImage> {
+    fn current<H: ControllerHost + ?Sized>(&self, host: &H) -> Arc<MetadataImage> {
         if let Some(cluster) = host.cluster() {
             return cluster.latest();
         }
@@ -314,7 +364,7 @@ impl Controller {
     }
 
     /// Executes a controller request and replies.
-    pub async fn execute(&self, host: &dyn ControllerHost, request: ControllerRequest) {
+    pub async fn execute<H: ControllerHost + ?Sized>(&self, host: &H, request: ControllerRequest) {
         let request = match request {
             ControllerRequest::InitProducerId { reply } => {
                 let _ = reply.send(vec![self.init_producer_id().await]);
@@ -366,9 +416,9 @@ impl Controller {
 
     /// Applies `changes` in order (persisting each), then pushes the final image to every core.
     /// Each change's slot receives the commit's failure, or the broadcast's failure.
-    async fn commit_all<T: Clone>(
+    async fn commit_all<H: ControllerHost + ?Sized, T: Clone>(
         &self,
-        host: &dyn ControllerHost,
+        host: &H,
         changes: Vec<(usize, MetadataChange, T)>,
         results: &mut [Result<T, Failure>],
     ) {
@@ -398,9 +448,9 @@ impl Controller {
         }
     }
 
-    async fn create_topics(
+    async fn create_topics<H: ControllerHost + ?Sized>(
         &self,
-        host: &dyn ControllerHost,
+        host: &H,
         topics: Vec<NewTopic>,
         validate_only: bool,
     ) -> Results<TopicCreated> {
@@ -449,9 +499,9 @@ impl Controller {
         results
     }
 
-    fn new_topic_record(
+    fn new_topic_record<H: ControllerHost + ?Sized>(
         &self,
-        host: &dyn ControllerHost,
+        host: &H,
         image: &MetadataImage,
         t: &NewTopic,
     ) -> Result<TopicRecord, Failure> {
@@ -502,7 +552,7 @@ impl Controller {
             .filter_map(|(k, v)| v.as_ref().map(|v| (k.clone(), v.clone())))
             .collect();
         host.check_topic_configs(&configs)
-            .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e.to_string()))?;
+            .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e))?;
         let partitions = self.place(host, image, partitions as usize, t.replication_factor)?;
         Ok(TopicRecord {
             name: t.name.clone(),
@@ -515,9 +565,9 @@ impl Controller {
 
     /// Partitions for `count` new ones: on cores of this broker (single node), or replicas
     /// on distinct running brokers (cluster; -1 = `default_replication_factor`).
-    fn place(
+    fn place<H: ControllerHost + ?Sized>(
         &self,
-        host: &dyn ControllerHost,
+        host: &H,
         image: &MetadataImage,
         count: usize,
         replication_factor: i16,
@@ -530,7 +580,7 @@ impl Controller {
                 .collect());
         };
         let rf = match replication_factor {
-            -1 => cluster.settings.default_replication_factor,
+            -1 => cluster.default_replication_factor(),
             rf => rf,
         };
         if rf < 1 {
@@ -543,7 +593,11 @@ impl Controller {
             .map_err(|e| Failure::new(ErrorCode::InvalidReplicationFactor, e.to_string()))
     }
 
-    async fn delete_topics(&self, host: &dyn ControllerHost, names: Vec<String>) -> Results<()> {
+    async fn delete_topics<H: ControllerHost + ?Sized>(
+        &self,
+        host: &H,
+        names: Vec<String>,
+    ) -> Results<()> {
         let mut results = pending(names.len());
         let mut image = (*self.current(host)).clone();
         let mut changes = Vec::new();
@@ -572,9 +626,9 @@ impl Controller {
         results
     }
 
-    async fn alter_configs(
+    async fn alter_configs<H: ControllerHost + ?Sized>(
         &self,
-        host: &dyn ControllerHost,
+        host: &H,
         resources: Vec<(String, Vec<ConfigOp>)>,
         validate_only: bool,
     ) -> Results<()> {
@@ -596,7 +650,7 @@ impl Controller {
                         configs.insert(k, v);
                     }
                     ConfigOp::Delete(k) => {
-                        if topic_config::doc(&k).is_none() {
+                        if !host.is_topic_config(&k) {
                             results[i] = Err(Failure::new(
                                 ErrorCode::InvalidConfig,
                                 format!("unknown topic config {k:?}"),
@@ -613,7 +667,7 @@ impl Controller {
                 continue;
             }
             if let Err(e) = host.check_topic_configs(&configs) {
-                results[i] = Err(Failure::new(ErrorCode::InvalidConfig, e.to_string()));
+                results[i] = Err(Failure::new(ErrorCode::InvalidConfig, e));
                 continue;
             }
             if validate_only {
@@ -630,9 +684,9 @@ impl Controller {
         results
     }
 
-    async fn create_partitions(
+    async fn create_partitions<H: ControllerHost + ?Sized>(
         &self,
-        host: &dyn ControllerHost,
+        host: &H,
         topics: Vec<(String, i32)>,
         validate_only: bool,
     ) -> Results<()> {
@@ -689,7 +743,7 @@ impl Controller {
 /// Commits `change` through the metadata log and waits until every core of this broker has
 /// applied it; the image is then this broker's.
 async fn commit_to_cluster(
-    cluster: &ClusterHandle,
+    cluster: &dyn ControllerCluster,
     change: MetadataChange,
 ) -> Result<Arc<MetadataImage>, Failure> {
     let reply = cluster.write(change).await?;

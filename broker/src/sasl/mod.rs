@@ -1,0 +1,449 @@
+//! SASL authentication at the start of a client connection (SCRAM-SHA-256 and -512; issue 20,
+//! docs/protocol.md 4.20, docs/operations.md "SASL").
+//!
+//! - [`Sasl`]: the process's settings and credential store, shared by every core (an `Arc`;
+//!   credentials are read on each authentication, under a lock no data path takes). Core 0
+//!   re-reads the credentials file when it changes and on SIGHUP.
+//! - [`Authenticator`]: one connection's state, owned by its reader. Before authentication it
+//!   lets through ApiVersions and the SASL requests only; anything else is answered
+//!   `IllegalSaslState` and closes the connection. A failed exchange counts against
+//!   `sasl.failed_attempts_max` (the last one closes the connection) and starts over at
+//!   SaslHandshake.
+
+pub mod file;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use borges_protocol::frame::{Frame, FrameHeader};
+use borges_protocol::scram::{self, Credential, Mechanism, ScramError, ScramServer};
+use borges_protocol::{wire as m, ApiKey, ErrorCode};
+use flatbuffers::FlatBufferBuilder;
+use rand::RngCore;
+
+use crate::config::SaslSettings;
+use crate::failure::Failure;
+use crate::wire::{self, Response};
+
+/// Checks a username: 1..=255 bytes, no control characters.
+pub fn check_username(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > scram::USERNAME_SIZE_BYTES_MAX {
+        return Err(format!(
+            "a username has 1..={} bytes",
+            scram::USERNAME_SIZE_BYTES_MAX
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("a username has no control characters".into());
+    }
+    Ok(())
+}
+
+type Users = HashMap<(String, Mechanism), Credential>;
+
+/// The process's SASL settings and credentials. Shared by every core.
+pub struct Sasl {
+    mechanisms: Vec<Mechanism>,
+    settings: SaslSettings,
+    path: PathBuf,
+    users: RwLock<Arc<Users>>,
+    /// The file's modification time when last read.
+    modified: Mutex<Option<SystemTime>>,
+    /// Key of the stand-in salts of unknown users (random per process).
+    unknown_user_key: [u8; 32],
+}
+
+impl Sasl {
+    /// Loads the credentials file named by `settings` (relative to `data_dir` when unset).
+    pub fn load(settings: &SaslSettings, data_dir: &Path) -> Result<Sasl, file::CredentialsError> {
+        let path = settings.credentials_path(data_dir);
+        let mut unknown_user_key = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut unknown_user_key);
+        let sasl = Sasl {
+            mechanisms: settings.parsed_mechanisms(),
+            settings: settings.clone(),
+            path,
+            users: RwLock::new(Arc::new(Users::new())),
+            modified: Mutex::new(None),
+            unknown_user_key,
+        };
+        sasl.reload()?;
+        Ok(sasl)
+    }
+
+    /// The credentials file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Credentials (user and mechanism pairs) held.
+    pub fn users(&self) -> usize {
+        self.snapshot().len()
+    }
+
+    fn snapshot(&self) -> Arc<Users> {
+        match self.users.read() {
+            Ok(u) => u.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn modified_now(&self) -> Option<SystemTime> {
+        std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// Re-reads the file; a failure keeps the credentials in force. Blocking: run it off the
+    /// cores' executors.
+    pub fn reload(&self) -> Result<usize, file::CredentialsError> {
+        let modified = self.modified_now();
+        let read = file::read(&self.path)?;
+        let users: Users = read
+            .into_iter()
+            .map(|u| ((u.name, u.credential.mechanism), u.credential))
+            .collect();
+        let count = users.len();
+        match self.users.write() {
+            Ok(mut u) => *u = Arc::new(users),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(users),
+        }
+        if let Ok(mut m) = self.modified.lock() {
+            *m = modified;
+        }
+        Ok(count)
+    }
+
+    /// Re-reads the file if its modification time changed; `None` when it did not.
+    pub fn reload_if_changed(&self) -> Option<Result<usize, file::CredentialsError>> {
+        let now = self.modified_now();
+        let before = self.modified.lock().ok().and_then(|m| *m);
+        if now == before {
+            return None;
+        }
+        Some(self.reload())
+    }
+
+    fn lookup(&self, name: &str, mechanism: Mechanism) -> Option<Credential> {
+        self.snapshot().get(&(name.to_string(), mechanism)).cloned()
+    }
+
+    /// The mechanisms the listeners accept.
+    pub fn mechanisms(&self) -> &[Mechanism] {
+        &self.mechanisms
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &SaslSettings {
+        &self.settings
+    }
+}
+
+enum State {
+    /// Waiting for SaslHandshake.
+    Start,
+    /// Handshake done; waiting for the first SaslAuthenticate.
+    Handshaken(Mechanism),
+    /// Server-first sent; waiting for client-final.
+    Exchanging(Box<ScramServer>),
+    /// Authenticated as this user.
+    Authenticated(String),
+}
+
+/// What the connection does with a frame.
+pub enum Gate {
+    /// Serve it as usual.
+    Pass,
+    /// Answer with this response instead (its `close_after` says whether the connection
+    /// closes after it).
+    Answer(Response),
+}
+
+/// An authentication outcome, for the connection's metrics and log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing decided by this frame.
+    None,
+    /// Authenticated as this user.
+    Authenticated(String),
+    /// A failed exchange (the reason, for the log).
+    Failed(String),
+}
+
+/// One connection's authentication. Lives in the connection's reader.
+pub struct Authenticator {
+    sasl: Arc<Sasl>,
+    state: State,
+    failures: u32,
+}
+
+impl Authenticator {
+    /// A connection that has not authenticated yet.
+    pub fn new(sasl: Arc<Sasl>) -> Authenticator {
+        Authenticator {
+            sasl,
+            state: State::Start,
+            failures: 0,
+        }
+    }
+
+    /// The authenticated user.
+    pub fn user(&self) -> Option<&str> {
+        match &self.state {
+            State::Authenticated(u) => Some(u),
+            _ => None,
+        }
+    }
+
+    /// Decides what to do with `frame`; the outcome says whether it authenticated or failed.
+    pub fn gate(&mut self, frame: &Frame) -> (Gate, Outcome) {
+        let header = &frame.header;
+        let api = ApiKey::from_u16(header.api_key);
+        match (api, self.user().is_some()) {
+            (Some(ApiKey::ApiVersions), _) => (Gate::Pass, Outcome::None),
+            (Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate), true) => {
+                let failure = Failure::new(
+                    ErrorCode::IllegalSaslState,
+                    "this connection is authenticated already (no re-authentication)",
+                );
+                (
+                    Gate::Answer(self.error(header, api, failure)),
+                    Outcome::None,
+                )
+            }
+            (_, true) => (Gate::Pass, Outcome::None),
+            (Some(ApiKey::SaslHandshake), false) => self.handshake(frame),
+            (Some(ApiKey::SaslAuthenticate), false) => self.authenticate(frame),
+            (_, false) => {
+                let name =
+                    api.map_or_else(|| format!("API key {}", header.api_key), |a| a.to_string());
+                let failure = Failure::new(
+                    ErrorCode::IllegalSaslState,
+                    format!(
+                        "{name} before authentication: this broker requires SASL \
+                         ({}); send SaslHandshake and SaslAuthenticate first",
+                        self.mechanism_names().join(", ")
+                    ),
+                );
+                let response = wire::error_response(header, &failure).then_close();
+                (Gate::Answer(response), Outcome::Failed(failure.to_string()))
+            }
+        }
+    }
+
+    fn mechanism_names(&self) -> Vec<&'static str> {
+        self.sasl.mechanisms.iter().map(|m| m.name()).collect()
+    }
+
+    /// A request-level error for a SASL request: an ErrorResponse when its version is not
+    /// served, else the API's own response carrying the error.
+    fn error(&self, header: &FrameHeader, api: Option<ApiKey>, failure: Failure) -> Response {
+        match api {
+            Some(ApiKey::SaslHandshake) => self.handshake_response(header, Some(&failure)),
+            Some(ApiKey::SaslAuthenticate) => authenticate_response(header, Some(&failure), None),
+            _ => wire::error_response(header, &failure),
+        }
+    }
+
+    /// Counts a failure; the last allowed one closes the connection.
+    fn fail(&mut self, mut response: Response, reason: String) -> (Gate, Outcome) {
+        self.state = State::Start;
+        self.failures += 1;
+        if self.failures >= self.sasl.settings.failed_attempts_max {
+            response = response.then_close();
+        }
+        (Gate::Answer(response), Outcome::Failed(reason))
+    }
+
+    fn check_version(header: &FrameHeader, api: ApiKey) -> Result<(), Failure> {
+        if header.api_version < api.min_version() || header.api_version > api.max_version() {
+            return Err(Failure::new(
+                ErrorCode::UnsupportedVersion,
+                format!(
+                    "{api} version {} is not supported; supported versions are {}..={}",
+                    header.api_version,
+                    api.min_version(),
+                    api.max_version()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn handshake(&mut self, frame: &Frame) -> (Gate, Outcome) {
+        let header = &frame.header;
+        let requested = Self::check_version(header, ApiKey::SaslHandshake)
+            .and_then(|()| wire::verify::<m::SaslHandshakeRequest>(&frame.message))
+            .map(|r| r.mechanism().unwrap_or("").to_string());
+        let requested = match requested {
+            Ok(r) => r,
+            Err(failure) => {
+                let reason = failure.to_string();
+                return self.fail(wire::error_response(header, &failure), reason);
+            }
+        };
+        if !matches!(self.state, State::Start) {
+            let failure = Failure::new(
+                ErrorCode::IllegalSaslState,
+                "SaslHandshake in the middle of an exchange",
+            );
+            let reason = failure.to_string();
+            let response = self.handshake_response(header, Some(&failure));
+            return self.fail(response, reason);
+        }
+        let mechanism =
+            Mechanism::from_name(&requested).filter(|m| self.sasl.mechanisms.contains(m));
+        let Some(mechanism) = mechanism else {
+            let failure = Failure::new(
+                ErrorCode::UnsupportedSaslMechanism,
+                format!(
+                    "mechanism {requested:?} is not enabled; this broker enables {}",
+                    self.mechanism_names().join(", ")
+                ),
+            );
+            let reason = failure.to_string();
+            let response = self.handshake_response(header, Some(&failure));
+            return self.fail(response, reason);
+        };
+        self.state = State::Handshaken(mechanism);
+        (
+            Gate::Answer(self.handshake_response(header, None)),
+            Outcome::None,
+        )
+    }
+
+    fn handshake_response(&self, header: &FrameHeader, failure: Option<&Failure>) -> Response {
+        handshake_response(header, &self.sasl.mechanisms, failure)
+    }
+
+    fn authenticate(&mut self, frame: &Frame) -> (Gate, Outcome) {
+        let header = &frame.header;
+        let bytes = Self::check_version(header, ApiKey::SaslAuthenticate)
+            .and_then(|()| wire::verify::<m::SaslAuthenticateRequest>(&frame.message))
+            .map(|r| r.auth_bytes().map(|b| b.bytes()).unwrap_or(&[]));
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(failure) => {
+                let reason = failure.to_string();
+                return self.fail(wire::error_response(header, &failure), reason);
+            }
+        };
+        let state = std::mem::replace(&mut self.state, State::Start);
+        let step = match state {
+            State::Handshaken(mechanism) => {
+                let mut server = Box::new(ScramServer::new(
+                    mechanism,
+                    scram::random_nonce(),
+                    self.sasl.unknown_user_key,
+                ));
+                let sasl = &self.sasl;
+                let answer = server.client_first(bytes, |name| sasl.lookup(name, mechanism));
+                answer.map(|server_first| {
+                    self.state = State::Exchanging(server);
+                    (server_first, None)
+                })
+            }
+            State::Exchanging(mut server) => server
+                .client_final(bytes)
+                .map(|(server_final, user)| (server_final, Some(user))),
+            State::Start | State::Authenticated(_) => {
+                let failure = Failure::new(
+                    ErrorCode::IllegalSaslState,
+                    "SaslAuthenticate before SaslHandshake",
+                );
+                let reason = failure.to_string();
+                let response = authenticate_response(header, Some(&failure), None);
+                return self.fail(response, reason);
+            }
+        };
+        match step {
+            Ok((answer, None)) => (
+                Gate::Answer(authenticate_response(header, None, Some(&answer))),
+                Outcome::None,
+            ),
+            Ok((answer, Some(user))) => {
+                self.state = State::Authenticated(user.clone());
+                (
+                    Gate::Answer(authenticate_response(header, None, Some(&answer))),
+                    Outcome::Authenticated(user),
+                )
+            }
+            Err(e) => {
+                let failure = Failure::new(ErrorCode::SaslAuthenticationFailed, failure_text(&e));
+                let response = authenticate_response(header, Some(&failure), None);
+                self.fail(response, e.to_string())
+            }
+        }
+    }
+}
+
+/// What a client is told about a failed exchange: the same words for a wrong password and an
+/// unknown user.
+fn failure_text(e: &ScramError) -> String {
+    match e {
+        ScramError::InvalidProof => {
+            "authentication failed: invalid credentials (unknown user or wrong password)".into()
+        }
+        e => format!("authentication failed: {e}"),
+    }
+}
+
+fn authenticate_response(
+    header: &FrameHeader,
+    failure: Option<&Failure>,
+    auth_bytes: Option<&[u8]>,
+) -> Response {
+    let mut fbb = FlatBufferBuilder::with_capacity(256);
+    let auth_bytes = auth_bytes.map(|b| fbb.create_vector(b));
+    let error_message = wire::message(&mut fbb, failure);
+    let root = m::SaslAuthenticateResponse::create(
+        &mut fbb,
+        &m::SaslAuthenticateResponseArgs {
+            error_code: wire::code(failure),
+            error_message,
+            auth_bytes,
+            session_lifetime_ms: 0,
+        },
+    );
+    fbb.finish(root, None);
+    wire::response(header, fbb.finished_data(), Vec::new())
+}
+
+fn handshake_response(
+    header: &FrameHeader,
+    mechanisms: &[Mechanism],
+    failure: Option<&Failure>,
+) -> Response {
+    let mut fbb = FlatBufferBuilder::with_capacity(256);
+    let names: Vec<_> = mechanisms
+        .iter()
+        .map(|m| fbb.create_string(m.name()))
+        .collect();
+    let mechanisms = fbb.create_vector(&names);
+    let error_message = wire::message(&mut fbb, failure);
+    let root = m::SaslHandshakeResponse::create(
+        &mut fbb,
+        &m::SaslHandshakeResponseArgs {
+            error_code: wire::code(failure),
+            error_message,
+            mechanisms: Some(mechanisms),
+        },
+    );
+    fbb.finish(root, None);
+    wire::response(header, fbb.finished_data(), Vec::new())
+}
+
+/// The answer of a broker without SASL to a SASL request: `IllegalSaslState` in the API's own
+/// response; the connection stays open.
+pub fn not_enabled(header: &FrameHeader) -> Response {
+    let failure = Failure::new(
+        ErrorCode::IllegalSaslState,
+        "SASL is not enabled on this broker (sasl.mechanisms is empty)",
+    );
+    match ApiKey::from_u16(header.api_key) {
+        Some(ApiKey::SaslHandshake) => handshake_response(header, &[], Some(&failure)),
+        _ => authenticate_response(header, Some(&failure), None),
+    }
+}
