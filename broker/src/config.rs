@@ -87,6 +87,8 @@ pub struct BrokerConfig {
     pub tls: TlsSettings,
     /// SASL/SCRAM authentication on the client listeners (absent: none).
     pub sasl: SaslSettings,
+    /// Authorization with ACLs (absent: off, every request allowed).
+    pub security: SecuritySettings,
 }
 
 impl Default for BrokerConfig {
@@ -111,6 +113,7 @@ impl Default for BrokerConfig {
             metrics: MetricsSettings::default(),
             tls: TlsSettings::default(),
             sasl: SaslSettings::default(),
+            security: SecuritySettings::default(),
         }
     }
 }
@@ -269,6 +272,61 @@ impl SaslSettings {
                  SASL is for single brokers for now"
                     .into(),
             );
+        }
+        Ok(())
+    }
+}
+
+/// Authorization with ACLs in Kafka's model (docs/operations.md, "ACLs"). Off by default:
+/// every request is allowed. On: a request needs an ACL that allows its operation on its
+/// resources (no ACL: denied), unless its principal is a super user.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecuritySettings {
+    /// Check every request against the ACLs.
+    pub authorizer_enabled: bool,
+    /// Principals allowed everything (`User:admin`, `User:CN=broker,O=Example` for a
+    /// certificate subject); in a cluster, the brokers' own principals belong here.
+    pub super_users: Vec<String>,
+    /// The ACLs file (CreateAcls, DeleteAcls); unset: `acls.toml` in the data directory.
+    pub acls_file: Option<PathBuf>,
+    /// Most ACLs the broker holds; CreateAcls beyond it is refused with LimitExceeded.
+    pub acls_max: u32,
+}
+
+impl Default for SecuritySettings {
+    fn default() -> Self {
+        SecuritySettings {
+            authorizer_enabled: false,
+            super_users: Vec::new(),
+            acls_file: None,
+            acls_max: 10_000,
+        }
+    }
+}
+
+/// The ACLs file's name in the data directory when `security.acls_file` is unset.
+pub const ACLS_FILE_NAME: &str = "acls.toml";
+
+/// Upper bound of `security.acls_max` (each check scans the ACLs of its resource type).
+pub const ACLS_MAX_MAX: u32 = 1_000_000;
+
+impl SecuritySettings {
+    /// The ACLs file.
+    pub fn acls_path(&self, data_dir: &std::path::Path) -> PathBuf {
+        match &self.acls_file {
+            Some(p) => p.clone(),
+            None => data_dir.join(ACLS_FILE_NAME),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.acls_max == 0 || self.acls_max > ACLS_MAX_MAX {
+            return Err(format!("security.acls_max must be 1..={ACLS_MAX_MAX}"));
+        }
+        for p in &self.super_users {
+            borges_protocol::acl::check_principal(p)
+                .map_err(|e| format!("security.super_users: {e}"))?;
         }
         Ok(())
     }
@@ -746,6 +804,7 @@ impl BrokerConfig {
                 "sasl.credentials_file",
                 self.sasl.credentials_file.is_none(),
             ),
+            ("security.acls_file", self.security.acls_file.is_none()),
         ]
         .into_iter()
         .filter_map(|(key, unset)| unset.then_some(key))
@@ -850,6 +909,7 @@ impl BrokerConfig {
         let cluster = !self.cluster.controller_voters.is_empty();
         self.tls.validate(cluster).map_err(BrokerError::Config)?;
         self.sasl.validate(cluster).map_err(BrokerError::Config)?;
+        self.security.validate().map_err(BrokerError::Config)?;
         self.check_cleaner()
     }
 

@@ -21,6 +21,7 @@
 #[macro_use]
 mod assert;
 
+pub mod acl;
 mod admission;
 pub mod cli;
 mod cluster;

@@ -16,6 +16,7 @@
 
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod api;
 pub mod batch;
 pub mod controller_link;
