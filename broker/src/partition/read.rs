@@ -271,13 +271,8 @@ impl Partition {
         offset: i64,
         max_bytes: u64,
     ) -> Result<(Bytes, LogOffsets), Failure> {
-        self.check_owner();
-        let (bytes, offsets) = self
-            .log
-            .read_bytes(offset, max_bytes, ReadBound::HighWatermark)
-            .await?;
-        self.check_read_offsets(&offsets);
-        Ok((bytes, offsets))
+        self.read_bytes_to(offset, max_bytes, ReadBound::HighWatermark)
+            .await
     }
 
     /// Like [`Partition::read_bytes`], up to the log end instead of the high watermark (the
@@ -287,11 +282,19 @@ impl Partition {
         offset: i64,
         max_bytes: u64,
     ) -> Result<(Bytes, LogOffsets), Failure> {
+        self.read_bytes_to(offset, max_bytes, ReadBound::LogEnd)
+            .await
+    }
+
+    /// Reads batches from `offset` up to `bound` into memory, on the owning core.
+    async fn read_bytes_to(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+        bound: ReadBound,
+    ) -> Result<(Bytes, LogOffsets), Failure> {
         self.check_owner();
-        let (bytes, offsets) = self
-            .log
-            .read_bytes(offset, max_bytes, ReadBound::LogEnd)
-            .await?;
+        let (bytes, offsets) = self.log.read_bytes(offset, max_bytes, bound).await?;
         self.check_read_offsets(&offsets);
         Ok((bytes, offsets))
     }
