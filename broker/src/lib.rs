@@ -1,7 +1,7 @@
 //! The Borges broker: a thread-per-core server. See docs/ARCHITECTURE.md.
 //!
 //! Modules, from the leaves up (each names only modules before it):
-//! - `assert`: `strict_assert!`, used everywhere.
+//! - `strict_assert!` (from `borges_replication`), used everywhere.
 //! - `types`, `failure`, [`metadata`], `error`, `metrics`, [`config`], `topic_config`: plain
 //!   values, error types, the metadata image and store, per-core counters;
 //!   `cluster_config`: the `[cluster]` settings.
@@ -18,8 +18,10 @@
 //! - `cluster`: a cluster member's Raft executor and its bridge to the cores.
 //! - [`server`]: start-up, executors, listeners, shutdown; [`cli`]: `borges broker`.
 
+// `strict_assert!` and `strict_assert_eq!` (one definition, in borges-replication; this
+// crate's `strict-assertions` feature turns on that crate's).
 #[macro_use]
-mod assert;
+extern crate borges_replication;
 
 pub mod acl;
 mod admission;

@@ -21,7 +21,8 @@
 #![allow(clippy::result_large_err)]
 
 #[macro_use]
-mod assert;
+#[doc(hidden)]
+pub mod assert;
 
 pub mod cluster;
 pub mod controller;
