@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use borges_protocol::batch::{BatchBuilder, BatchOptions};
@@ -18,29 +17,6 @@ use common::{value, RawClient};
 const TOPIC: &str = "replicated-table";
 const KEYS: usize = 3;
 
-fn addr(c: &mut Cluster, id: u64) -> SocketAddr {
-    c.node(id).addr().parse().expect("node address")
-}
-
-/// The partition's leader once every live node's image names the same one other than `not`
-/// (with the full ISR when `full_isr`).
-fn wait_for_leader(c: &mut Cluster, not: Option<i32>, full_isr: bool) -> u64 {
-    let images = c.wait_for_every_node("a leader everywhere", |i| {
-        i.topics
-            .get(TOPIC)
-            .and_then(|t| t.partitions.first())
-            .is_some_and(|p| {
-                p.leader >= 0 && Some(p.leader) != not && (!full_isr || p.isr.len() == 3)
-            })
-    });
-    let leaders: Vec<i32> = images
-        .iter()
-        .map(|i| i.topics[TOPIC].partitions[0].leader)
-        .collect();
-    assert!(leaders.windows(2).all(|w| w[0] == w[1]), "{leaders:?}");
-    leaders[0] as u64
-}
-
 /// `rounds` batches of keys `<prefix>0`..`<prefix>2` with acks=all to leader `id`; the last
 /// round's values.
 fn produce_rounds(
@@ -49,7 +25,7 @@ fn produce_rounds(
     prefix: &str,
     (from, rounds): (usize, usize),
 ) -> Vec<String> {
-    let mut raw = RawClient::connect(addr(c, id));
+    let mut raw = RawClient::connect(c.node(id).socket_addr());
     let mut last = Vec::new();
     for r in from..from + rounds {
         let values: Vec<String> = (0..KEYS)
@@ -108,7 +84,7 @@ fn cleaned_bytes(c: &mut Cluster, id: u64) -> (u64, u64) {
 /// Each key's latest value as leader `id` serves the partition; offsets must increase.
 fn latest_through(c: &mut Cluster, id: u64) -> BTreeMap<String, String> {
     let deadline = Instant::now() + CLUSTER_WAIT;
-    let mut raw = RawClient::connect(addr(c, id));
+    let mut raw = RawClient::connect(c.node(id).socket_addr());
     loop {
         let (code, _, _) = raw.fetch(TOPIC, 0, 0);
         if code == ErrorCode::None {
@@ -170,7 +146,7 @@ fn every_replica_compacts_its_own_log_and_the_latest_values_agree() {
         "--config",
         "min.cleanable.dirty.ratio=0.01",
     ]);
-    let first = wait_for_leader(&mut c, None, true);
+    let first = c.wait_for_agreed_leader(TOPIC, None, true);
     let latest = produce_rounds(&mut c, first, "k", (0, 60));
     // Rounds of other keys close the segments written above, so every replica may clean
     // them: the latest values of k0..k2 then live in cleaned segments.
@@ -196,12 +172,12 @@ fn every_replica_compacts_its_own_log_and_the_latest_values_agree() {
     }
     check_latest(&mut c, first, &want);
     c.kill9(first);
-    let second = wait_for_leader(&mut c, Some(first as i32), false);
+    let second = c.wait_for_agreed_leader(TOPIC, Some(first as i32), false);
     check_latest(&mut c, second, &want);
     // The first returns and fetches across the second's holes; then it or the third leads.
     c.restart(first);
-    wait_for_leader(&mut c, None, true);
+    c.wait_for_agreed_leader(TOPIC, None, true);
     c.kill9(second);
-    let third = wait_for_leader(&mut c, Some(second as i32), false);
+    let third = c.wait_for_agreed_leader(TOPIC, Some(second as i32), false);
     check_latest(&mut c, third, &want);
 }

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use borges_protocol::batch::{BatchBuilder, BatchOptions};
@@ -20,13 +19,9 @@ use flatbuffers::FlatBufferBuilder;
 const TOPIC: &str = "dedup";
 const ACKS_ALL: i16 = -1;
 
-fn addr(c: &mut Cluster, id: u64) -> SocketAddr {
-    c.node(id).addr().parse().expect("node address")
-}
-
 /// InitProducerId on node `id` (a producer id from the controller's metadata log).
 fn init_producer_id(c: &mut Cluster, id: u64) -> (i64, i16) {
-    let mut raw = RawClient::connect(addr(c, id));
+    let mut raw = RawClient::connect(c.node(id).socket_addr());
     let mut fbb = FlatBufferBuilder::new();
     let root =
         wire::InitProducerIdRequest::create(&mut fbb, &wire::InitProducerIdRequestArgs::default());
@@ -48,30 +43,11 @@ fn batch(pid: i64, epoch: i16, seq: i32, prefix: &str, n: usize) -> Bytes {
     b.build().unwrap()
 }
 
-/// The partition's leader once every live node's image names the same live one other than
-/// `not`; with the full ISR when `full_isr`.
-fn wait_for_leader(c: &mut Cluster, not: Option<i32>, full_isr: bool) -> u64 {
-    let images = c.wait_for_every_node("a new leader everywhere", |i| {
-        i.topics
-            .get(TOPIC)
-            .and_then(|t| t.partitions.first())
-            .is_some_and(|p| {
-                p.leader >= 0 && Some(p.leader) != not && (!full_isr || p.isr.len() == 3)
-            })
-    });
-    let leaders: Vec<i32> = images
-        .iter()
-        .map(|i| i.topics[TOPIC].partitions[0].leader)
-        .collect();
-    assert!(leaders.windows(2).all(|w| w[0] == w[1]), "{leaders:?}");
-    leaders[0] as u64
-}
-
 /// Produces `bytes` with acks=all to node `id`, retrying while the node does not serve the
 /// partition yet (its image can name it leader a moment before its core serves).
 fn produce(c: &mut Cluster, id: u64, bytes: &[u8]) -> (ErrorCode, i64) {
     let deadline = Instant::now() + CLUSTER_WAIT;
-    let mut raw = RawClient::connect(addr(c, id));
+    let mut raw = RawClient::connect(c.node(id).socket_addr());
     loop {
         let (code, base, message) = raw.produce_raw(TOPIC, 0, bytes, ACKS_ALL).unwrap();
         let retriable = matches!(
@@ -91,7 +67,7 @@ fn produce(c: &mut Cluster, id: u64, bytes: &[u8]) -> (ErrorCode, i64) {
 
 /// Every value of the partition, as its leader `id` serves them.
 fn stored(c: &mut Cluster, id: u64) -> Vec<String> {
-    let mut raw = RawClient::connect(addr(c, id));
+    let mut raw = RawClient::connect(c.node(id).socket_addr());
     raw.fetch_all(TOPIC, 0, 0).iter().map(value).collect()
 }
 
@@ -109,7 +85,7 @@ fn a_retry_after_the_leader_is_killed_is_recognised_by_the_new_leader() {
         "--config",
         "min.insync.replicas=2",
     ]);
-    let first = wait_for_leader(&mut c, None, true);
+    let first = c.wait_for_agreed_leader(TOPIC, None, true);
     let (pid, epoch) = init_producer_id(&mut c, first);
     let sent = [
         batch(pid, epoch, 0, "a", 3),
@@ -122,7 +98,7 @@ fn a_retry_after_the_leader_is_killed_is_recognised_by_the_new_leader() {
     // acks=all with the full ISR: both followers have every batch, and learnt the producer
     // only from them. The leader goes before the producer hears of its last batch.
     c.kill9(first);
-    let second = wait_for_leader(&mut c, Some(first as i32), false);
+    let second = c.wait_for_agreed_leader(TOPIC, Some(first as i32), false);
     for (b, base) in sent.iter().zip([0, 3, 5]) {
         assert_eq!(
             produce(&mut c, second, b),
@@ -140,9 +116,9 @@ fn a_retry_after_the_leader_is_killed_is_recognised_by_the_new_leader() {
     // The old leader returns, catches up as a follower (learning `d` from the batches it
     // fetches), and leads again once the second leader is killed too.
     c.restart(first);
-    wait_for_leader(&mut c, None, true);
+    c.wait_for_agreed_leader(TOPIC, None, true);
     c.kill9(second);
-    let third = wait_for_leader(&mut c, Some(second as i32), false);
+    let third = c.wait_for_agreed_leader(TOPIC, Some(second as i32), false);
     for (b, base) in sent.iter().chain([&d]).zip([0, 3, 5, 6]) {
         assert_eq!(
             produce(&mut c, third, b),

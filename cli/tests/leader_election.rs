@@ -6,32 +6,29 @@
 //! controller quorum survives). The unclean-election rules are state-machine tests in
 //! `replication/src/cluster/tests.rs`.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+mod replicated;
 
-use borges_client::{
-    Acks, ClientConfig, Consumer, ConsumerConfig, Offset, Producer, ProducerConfig, ProducerRecord,
-    TopicPartition,
-};
+use std::time::Duration;
+
 use borges_replication::metadata::{BrokerState, MetadataImage, PartitionRecord, NO_LEADER};
-use borges_testkit::cluster::{Cluster, ClusterOptions, CLUSTER_WAIT};
+use borges_testkit::cluster::{first_partition, Cluster};
+use replicated::{acks_all, check_acked, read_to_high_watermark, runtime, values, Sent};
 
 const TOPIC: &str = "elected";
 
 fn cluster(rebalance: bool) -> Cluster {
-    Cluster::start_with(ClusterOptions {
-        voters: 3,
-        cluster_toml: format!(
+    replicated::cluster(
+        3,
+        format!(
             "heartbeat_interval_ms = 200\nsession_timeout_ms = 3000\n\
              replica_lag_time_max_ms = 2000\nauto_leader_rebalance_enable = {rebalance}\n\
              leader_imbalance_check_interval_ms = 300\n"
         ),
-        ..ClusterOptions::default()
-    })
+    )
 }
 
 fn partition_of(image: &MetadataImage) -> Option<&PartitionRecord> {
-    image.topics.get(TOPIC).and_then(|t| t.partitions.first())
+    first_partition(image, TOPIC)
 }
 
 /// Creates the one-partition topic with three replicas; returns its preferred replica, once
@@ -95,88 +92,21 @@ fn without_auto_rebalance_leadership_stays_where_failover_put_it() {
     assert_ne!(leader, preferred);
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-fn client(bootstrap: &str) -> ClientConfig {
-    ClientConfig::new(bootstrap).request_timeout_ms(20_000)
-}
-
-/// Sends `n` values to `partition` with acks=all; per value its offset or the error.
-async fn produce(bootstrap: &str, partition: i32, n: usize) -> Vec<(String, Result<i64, String>)> {
-    let config = ProducerConfig {
-        acks: Acks::All,
-        linger_ms: 0,
-        retries_max: 20,
-        retry_backoff_ms: 50,
-        retry_backoff_max_ms: 500,
-        delivery_timeout_ms: 30_000,
-        ..ProducerConfig::default()
-    };
-    let producer = Producer::new(client(bootstrap), config)
-        .await
-        .expect("producer");
-    let mut out = Vec::new();
-    for i in 0..n {
-        let v = format!("acked-{i}");
-        let record = ProducerRecord::new(TOPIC)
-            .partition(partition)
-            .value(v.clone());
-        let outcome = match producer.send(record).await {
-            Ok(delivery) => delivery.await.map(|m| m.offset).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        out.push((v, outcome));
-    }
-    let _ = producer.close().await;
-    out
-}
-
-/// Every record of `partition` below the high watermark: offset -> value.
-async fn read_all(bootstrap: &str, partition: i32) -> BTreeMap<i64, String> {
-    let mut consumer = Consumer::new(client(bootstrap), ConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let tp = TopicPartition::new(TOPIC, partition);
-    consumer.assign(vec![tp.clone()]).await.expect("assign");
-    consumer.seek(&tp, Offset::Beginning).await.expect("seek");
-    let mut out = BTreeMap::new();
-    let guard = Instant::now() + CLUSTER_WAIT;
-    loop {
-        for r in consumer
-            .poll(Duration::from_millis(300))
-            .await
-            .expect("poll")
-        {
-            let v = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
-            out.insert(r.offset, v);
-        }
-        let position = consumer.position(&tp).unwrap_or(0);
-        if consumer
-            .high_watermark(&tp)
-            .is_some_and(|hw| position >= hw)
-        {
-            return out;
-        }
-        assert!(Instant::now() < guard, "never reached the high watermark");
-    }
+/// Sends `n` values `acked-i` to `partition` with acks=all; per value its offset or the error.
+async fn produce(bootstrap: &str, partition: i32, n: usize) -> Sent {
+    let config = acks_all(20, 30_000);
+    replicated::produce(bootstrap, (TOPIC, partition), values("acked", n), config).await
 }
 
 /// Three voters and three broker-only members (4, 5, 6); a topic whose partition `index` is
 /// on the broker-only members only. Returns the cluster, `index`, its leader and the others.
 fn partition_off_the_voters() -> (Cluster, i32, i32, i32, i32) {
-    let mut c = Cluster::start_with(ClusterOptions {
-        voters: 3,
-        cluster_toml: "heartbeat_interval_ms = 200\nsession_timeout_ms = 3000\n\
-                       replica_lag_time_max_ms = 2000\nauto_leader_rebalance_enable = false\n"
+    let mut c = replicated::cluster(
+        3,
+        "heartbeat_interval_ms = 200\nsession_timeout_ms = 3000\n\
+         replica_lag_time_max_ms = 2000\nauto_leader_rebalance_enable = false\n"
             .into(),
-        ..ClusterOptions::default()
-    });
+    );
     for id in 4..=6 {
         c.add_broker_only(id);
     }
@@ -269,15 +199,12 @@ fn with_the_isr_gone_only_an_eligible_replica_leads_and_keeps_every_acknowledged
 
     c.restart(b as u64);
     c.wait_for_every_node("b leading", |i| on(i).leader == b);
-    let log = rt.block_on(read_all(&c.bootstrap(), index));
-    for (v, outcome) in &sent {
-        let offset = outcome.as_ref().expect("acknowledged");
-        assert_eq!(
-            log.get(offset),
-            Some(v),
-            "acknowledged {v} at {offset} is lost"
-        );
-    }
+    let (log, _) = rt.block_on(read_to_high_watermark(&c.bootstrap(), TOPIC, index));
+    assert_eq!(
+        check_acked(&sent, &log),
+        sent.len(),
+        "every record acknowledged"
+    );
     let described = c.cli(&["topic", "describe", TOPIC]);
     let line = described
         .lines()

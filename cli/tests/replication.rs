@@ -8,45 +8,31 @@
 //! reader: offsets, CRC, leader epoch of every batch) and must be identical batch for batch up
 //! to the high watermark.
 
+mod replicated;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use borges_checker::replica::{self, ReplicaLog};
-use borges_client::{
-    Acks, ClientConfig, Consumer, ConsumerConfig, Offset, Producer, ProducerConfig, ProducerRecord,
-    TopicPartition,
-};
-use borges_replication::metadata::MetadataImage;
-use borges_testkit::cluster::{Cluster, ClusterOptions, CLUSTER_WAIT};
+use borges_client::{Acks, ClientConfig, Producer, ProducerConfig};
+use borges_replication::metadata::{MetadataImage, PartitionRecord};
+use borges_testkit::cluster::{first_partition, Cluster, ClusterOptions, CLUSTER_WAIT};
+use replicated::{acks_all, check_acked, runtime, send_one, values, Sent};
 
 const TOPIC: &str = "replicated";
 
 /// `voters` combined brokers; `session_timeout_ms`, `replica_lag_time_max_ms`.
 fn cluster(voters: usize, session_timeout_ms: u64, lag_ms: u64) -> Cluster {
-    Cluster::start_with(ClusterOptions {
+    replicated::cluster(
         voters,
-        cluster_toml: format!(
+        format!(
             "heartbeat_interval_ms = 200\nsession_timeout_ms = {session_timeout_ms}\n\
              replica_lag_time_max_ms = {lag_ms}\n"
         ),
-        ..ClusterOptions::default()
-    })
+    )
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-fn client(bootstrap: &str) -> ClientConfig {
-    ClientConfig::new(bootstrap).request_timeout_ms(20_000)
-}
-
-fn partition_of(image: &MetadataImage) -> Option<&borges_replication::metadata::PartitionRecord> {
-    image.topics.get(TOPIC).and_then(|t| t.partitions.first())
+fn partition_of(image: &MetadataImage) -> Option<&PartitionRecord> {
+    first_partition(image, TOPIC)
 }
 
 /// Creates the one-partition topic with three replicas and `min.insync.replicas`, and waits
@@ -64,9 +50,7 @@ fn create_topic(c: &mut Cluster, min_isr: u32) {
         "--config",
         &config,
     ]);
-    c.wait_for_every_node("the topic everywhere", |i| {
-        partition_of(i).is_some_and(|p| p.isr.len() == 3)
-    });
+    wait_for_full_isr(c, "the topic everywhere");
 }
 
 /// Sends `values` to partition 0, one at a time; per value its offset or the error.
@@ -74,22 +58,8 @@ async fn produce(
     bootstrap: &str,
     values: impl IntoIterator<Item = String>,
     config: ProducerConfig,
-) -> Vec<(String, Result<i64, String>)> {
-    let producer = Producer::new(client(bootstrap), config)
-        .await
-        .expect("producer");
-    let mut out = Vec::new();
-    for v in values {
-        let record = ProducerRecord::new(TOPIC).partition(0).value(v.clone());
-        let outcome = match producer.send(record).await {
-            Ok(delivery) => delivery.await.map(|m| m.offset).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        out.push((v, outcome));
-    }
-    // Bounded: with the followers stopped a close may wait on requests that never finish.
-    let _ = tokio::time::timeout(Duration::from_secs(5), producer.close()).await;
-    out
+) -> Sent {
+    replicated::produce(bootstrap, (TOPIC, 0), values, config).await
 }
 
 /// Retries for the first sends after a topic is created or a broker goes: every node's applied
@@ -98,15 +68,11 @@ async fn produce(
 /// first send failed that way once in a CI run.
 const RETRIES_UNTIL_SERVED: u32 = 20;
 
-fn acks_all(retries_max: u32, delivery_timeout_ms: u64) -> ProducerConfig {
+/// acks=1, no retries.
+fn acks_one() -> ProducerConfig {
     ProducerConfig {
-        acks: Acks::All,
-        linger_ms: 0,
-        retries_max,
-        retry_backoff_ms: 50,
-        retry_backoff_max_ms: 500,
-        delivery_timeout_ms,
-        ..ProducerConfig::default()
+        acks: Acks::Leader,
+        ..acks_all(0, 30_000)
     }
 }
 
@@ -120,97 +86,24 @@ async fn read_all(bootstrap: &str) -> BTreeMap<i64, String> {
     read_with_high_watermark(bootstrap).await.0
 }
 
-/// Reads partition 0 from the beginning (through its leader, as the consumer finds it) until
-/// its position reaches the high watermark of the latest fetch answer.
+/// Reads partition 0 from the beginning until its position reaches the high watermark.
 async fn read_with_high_watermark(bootstrap: &str) -> (BTreeMap<i64, String>, i64) {
-    let mut consumer = Consumer::new(client(bootstrap), ConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let tp = TopicPartition::new(TOPIC, 0);
-    consumer.assign(vec![tp.clone()]).await.expect("assign");
-    consumer.seek(&tp, Offset::Beginning).await.expect("seek");
-    let mut out = BTreeMap::new();
-    let guard = Instant::now() + CLUSTER_WAIT;
-    loop {
-        for r in consumer
-            .poll(Duration::from_millis(300))
-            .await
-            .expect("poll")
-        {
-            let v = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
-            out.insert(r.offset, v);
-        }
-        let position = consumer.position(&tp).unwrap_or(0);
-        if let Some(hw) = consumer.high_watermark(&tp) {
-            if position >= hw {
-                return (out, hw);
-            }
-        }
-        assert!(Instant::now() < guard, "never reached the high watermark");
+    replicated::read_to_high_watermark(bootstrap, TOPIC, 0).await
+}
+
+/// Waits until the high watermark `bootstrap` serves reaches `hw`.
+fn wait_for_high_watermark(rt: &tokio::runtime::Runtime, bootstrap: &str, hw: i64, what: &str) {
+    let deadline = Instant::now() + CLUSTER_WAIT;
+    while rt.block_on(high_watermark(bootstrap)) < hw {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn values(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
-}
-
-/// Every acknowledged value is at its offset in `log`.
-fn check_acked(sent: &[(String, Result<i64, String>)], log: &BTreeMap<i64, String>) -> usize {
-    let mut acked = 0;
-    for (v, outcome) in sent {
-        if let Ok(offset) = outcome {
-            assert_eq!(
-                log.get(offset),
-                Some(v),
-                "acknowledged {v} at {offset} is lost"
-            );
-            acked += 1;
-        }
-    }
-    acked
-}
-
-/// Partition 0's replica on each of `nodes`, read from its data directory.
-fn replica_logs(c: &mut Cluster, nodes: &[u64]) -> Vec<ReplicaLog> {
-    nodes
-        .iter()
-        .map(|&id| {
-            let dir = c.node(id).data_dir().join(format!("{TOPIC}-0"));
-            replica::read_partition_dir(id, TOPIC, 0, &dir)
-                .unwrap_or_else(|e| panic!("replica of node {id}: {e}"))
-        })
-        .collect()
 }
 
 /// The replicas of partition 0 on `nodes` hold every batch below `hw`, identical batch for
-/// batch (offsets, CRC, leader epoch). Below the high watermark everything is fdatasynced on
-/// every ISR member (`durability=fsync`), so the files of running brokers can be read.
+/// batch.
 fn assert_replicas_identical(c: &mut Cluster, nodes: &[u64], hw: i64) {
-    let logs = replica_logs(c, nodes);
-    let bound = BTreeMap::from([((TOPIC.to_string(), 0), hw)]);
-    let comparison = replica::compare(&logs, &bound);
-    let summary: Vec<String> = logs
-        .iter()
-        .map(|l| {
-            let batches: Vec<String> = l.batches.iter().map(|b| b.to_string()).collect();
-            format!("node {}: [{}] {:?}", l.node, batches.join(", "), l.problem)
-        })
-        .collect();
-    assert!(
-        comparison.anomalies.is_empty(),
-        "replicas differ below the high watermark {hw}: {:?}\n{}",
-        comparison.anomalies,
-        summary.join("\n")
-    );
-    for l in &logs {
-        assert!(
-            l.log_end() >= hw,
-            "node {} holds only {} of {hw}: {}",
-            l.node,
-            l.log_end(),
-            summary.join("\n")
-        );
-    }
+    replicated::assert_replicas_identical(c, TOPIC, nodes, hw);
 }
 
 /// Waits until every node's image shows all three replicas of partition 0 in the ISR.
@@ -218,14 +111,11 @@ fn wait_for_full_isr(c: &mut Cluster, what: &str) {
     c.wait_for_every_node(what, |i| partition_of(i).is_some_and(|p| p.isr.len() == 3));
 }
 
-fn signal(c: &mut Cluster, id: u64, sig: libc::c_int) {
-    let pid = c.node(id).pid() as libc::pid_t;
-    // SAFETY: a signal to a broker process this test started.
-    assert_eq!(
-        unsafe { libc::kill(pid, sig) },
-        0,
-        "signal {sig} to broker {id}"
-    );
+/// Waits until every node's image names a leader of partition 0 other than `old`.
+fn wait_for_new_leader(c: &mut Cluster, old: u64, what: &str) -> Vec<MetadataImage> {
+    c.wait_for_every_node(what, |i| {
+        partition_of(i).is_some_and(|p| p.leader >= 0 && p.leader != old as i32)
+    })
 }
 
 /// RF 3, min.insync.replicas 2: records acknowledged to acks=all before and across a kill -9
@@ -247,9 +137,7 @@ fn acks_all_records_survive_a_kill9_of_the_leader() {
         "all acknowledged: {sent:?}"
     );
     c.kill9(leader);
-    let after = c.wait_for_every_node("a new leader", |i| {
-        partition_of(i).is_some_and(|p| p.leader >= 0 && p.leader != leader as i32)
-    });
+    let after = wait_for_new_leader(&mut c, leader, "a new leader");
     let new_leader = partition_of(&after[0]).unwrap().leader;
     let bootstrap = c.bootstrap();
     sent.extend(rt.block_on(produce(
@@ -287,19 +175,15 @@ fn consumers_never_see_records_above_the_high_watermark() {
     let stopped = (1..=3)
         .find(|&id| id != leader && id != controller)
         .unwrap();
-    signal(&mut c, stopped, libc::SIGSTOP);
-    let one = ProducerConfig {
-        acks: Acks::Leader,
-        ..acks_all(0, 30_000)
-    };
-    let unreplicated = rt.block_on(produce(&leader_addr, values("leader-only", 5), one));
+    c.signal(stopped, libc::SIGSTOP);
+    let unreplicated = rt.block_on(produce(&leader_addr, values("leader-only", 5), acks_one()));
     assert!(
         unreplicated.iter().all(|(_, r)| r.is_ok()),
         "{unreplicated:?}"
     );
     let hw = rt.block_on(high_watermark(&leader_addr));
     let seen = rt.block_on(read_all(&leader_addr));
-    signal(&mut c, stopped, libc::SIGCONT);
+    c.signal(stopped, libc::SIGCONT);
     assert_eq!(
         hw, 10,
         "the high watermark passed records only the leader has"
@@ -309,11 +193,7 @@ fn consumers_never_see_records_above_the_high_watermark() {
         10,
         "a consumer saw records above the high watermark: {seen:?}"
     );
-    let deadline = Instant::now() + CLUSTER_WAIT;
-    while rt.block_on(high_watermark(&leader_addr)) < 15 {
-        assert!(Instant::now() < deadline, "the followers never caught up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_high_watermark(&rt, &leader_addr, 15, "the followers never caught up");
     assert_eq!(rt.block_on(read_all(&leader_addr)).len(), 15);
 }
 
@@ -357,9 +237,7 @@ fn a_follower_that_was_down_catches_up_and_rejoins_the_isr() {
     assert_eq!(isr.split(',').count(), 3, "{described}");
     // The leader goes: the new one (from the ISR) serves every acknowledged record.
     c.kill9(leader);
-    c.wait_for_every_node("a new leader", |i| {
-        partition_of(i).is_some_and(|p| p.leader >= 0 && p.leader != leader as i32)
-    });
+    wait_for_new_leader(&mut c, leader, "a new leader");
     let (log, hw) = rt.block_on(read_with_high_watermark(&c.bootstrap()));
     assert_eq!(check_acked(&sent, &log), 200);
     // The killed leader's files stay: all three replicas hold the same batches below the high
@@ -367,18 +245,9 @@ fn a_follower_that_was_down_catches_up_and_rejoins_the_isr() {
     assert_replicas_identical(&mut c, &[1, 2, 3], hw);
 }
 
-/// RF 3, min.insync.replicas 2, two of the partition's three replicas down: acks=all is
-/// refused with NotEnoughReplicas and nothing is appended; acks=1 is still served by the
-/// leader; reads keep working and see only what was committed (the high watermark does not
-/// move while the ISR is below `min.insync.replicas`). Five voters, so that the controller
-/// quorum survives the two followers (the ISR shrinks through it). Back, the followers catch
-/// up, the high watermark passes the acks=1 records and the three logs are identical.
-#[test]
-fn acks_all_with_two_brokers_down_is_refused_and_appends_nothing() {
-    let mut c = cluster(5, 3000, 10_000);
-    create_topic(&mut c, 2);
-    let leader = c.leader_of(TOPIC, 0).expect("a leader") as u64;
-    let rt = runtime();
+/// Writes 5 records with acks=all through `leader_addr`, then kills the partition's two
+/// followers and waits until the ISR is the leader alone; returns the followers.
+fn isr_down_to_the_leader(c: &mut Cluster, rt: &tokio::runtime::Runtime, leader: u64) -> Vec<u64> {
     let leader_addr = c.node(leader).addr();
     let first = rt.block_on(produce(
         &leader_addr,
@@ -399,8 +268,14 @@ fn acks_all_with_two_brokers_down_is_refused_and_appends_nothing() {
     c.wait_for_every_node("the ISR down to the leader", |i| {
         partition_of(i).is_some_and(|p| p.isr == vec![leader as i32])
     });
+    followers
+}
+
+/// With the ISR below min.insync.replicas: acks=all is refused before the append, acks=1 is
+/// appended right after the 5 committed records.
+fn refused_but_acks1_served(rt: &tokio::runtime::Runtime, leader_addr: &str) {
     let refused = rt.block_on(produce(
-        &leader_addr,
+        leader_addr,
         values("refused", 3),
         acks_all(0, 30_000),
     ));
@@ -409,11 +284,7 @@ fn acks_all_with_two_brokers_down_is_refused_and_appends_nothing() {
         assert!(e.contains("NotEnoughReplicas:"), "{e}");
         assert!(!e.contains("AfterAppend"), "refused before the append: {e}");
     }
-    let one = ProducerConfig {
-        acks: Acks::Leader,
-        ..acks_all(0, 30_000)
-    };
-    let leader_only = rt.block_on(produce(&leader_addr, values("acks1", 2), one));
+    let leader_only = rt.block_on(produce(leader_addr, values("acks1", 2), acks_one()));
     let offsets: Vec<i64> = leader_only
         .iter()
         .map(|(_, r)| *r.as_ref().unwrap())
@@ -423,6 +294,23 @@ fn acks_all_with_two_brokers_down_is_refused_and_appends_nothing() {
         vec![5, 6],
         "nothing of the refused batches was appended"
     );
+}
+
+/// RF 3, min.insync.replicas 2, two of the partition's three replicas down: acks=all is
+/// refused with NotEnoughReplicas and nothing is appended; acks=1 is still served by the
+/// leader; reads keep working and see only what was committed (the high watermark does not
+/// move while the ISR is below `min.insync.replicas`). Five voters, so that the controller
+/// quorum survives the two followers (the ISR shrinks through it). Back, the followers catch
+/// up, the high watermark passes the acks=1 records and the three logs are identical.
+#[test]
+fn acks_all_with_two_brokers_down_is_refused_and_appends_nothing() {
+    let mut c = cluster(5, 3000, 10_000);
+    create_topic(&mut c, 2);
+    let leader = c.leader_of(TOPIC, 0).expect("a leader") as u64;
+    let rt = runtime();
+    let leader_addr = c.node(leader).addr();
+    let followers = isr_down_to_the_leader(&mut c, &rt, leader);
+    refused_but_acks1_served(&rt, &leader_addr);
     // Reads keep working, below the high watermark that stays where the ISR left it.
     let (seen, hw) = rt.block_on(read_with_high_watermark(&c.bootstrap()));
     assert_eq!(
@@ -434,17 +322,8 @@ fn acks_all_with_two_brokers_down_is_refused_and_appends_nothing() {
     for &f in &followers {
         c.restart(f);
     }
-    c.wait_for_every_node("the followers back in the ISR", |i| {
-        partition_of(i).is_some_and(|p| p.isr.len() == 3)
-    });
-    let deadline = Instant::now() + CLUSTER_WAIT;
-    while rt.block_on(high_watermark(&leader_addr)) < 7 {
-        assert!(
-            Instant::now() < deadline,
-            "the high watermark never reached 7"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_full_isr(&mut c, "the followers back in the ISR");
+    wait_for_high_watermark(&rt, &leader_addr, 7, "the high watermark never reached 7");
     let seen = rt.block_on(read_all(&leader_addr));
     assert_eq!(seen.get(&6).map(String::as_str), Some("acks1-1"));
     let mut nodes = followers.clone();
@@ -452,20 +331,14 @@ fn acks_all_with_two_brokers_down_is_refused_and_appends_nothing() {
     assert_replicas_identical(&mut c, &nodes, 7);
 }
 
-/// A diverged follower: the leader appends records its followers never get (both killed with
-/// SIGKILL, acks=1), then dies too (kill -9). The followers come back, one of them leads in a
-/// new epoch and writes other records at those offsets. The old leader comes back as a
-/// follower, learns from the new leader's diverging-epoch answer where its log left the
-/// leader's, truncates its tail there and fetches on: no offset holds two values on any
-/// replica that could lead, and the three logs are identical batch for batch.
-#[test]
-fn a_former_leader_truncates_the_records_that_were_never_committed() {
-    // A long lag: the followers stay in the ISR (only ISR members may lead next).
-    let mut c = cluster(3, 3000, 30_000);
-    create_topic(&mut c, 2);
-    let old = c.leader_of(TOPIC, 0).expect("a leader") as u64;
-    let followers: Vec<u64> = (1..=3).filter(|&id| id != old).collect();
-    let rt = runtime();
+/// Writes 10 committed records through the old leader `old`, kills its `followers`, has it
+/// take acks=1 records that they never get, and kills it too. Returns the committed sends.
+fn diverge_and_kill_the_leader(
+    c: &mut Cluster,
+    rt: &tokio::runtime::Runtime,
+    old: u64,
+    followers: &[u64],
+) -> Sent {
     let old_addr = c.node(old).addr();
     let committed = rt.block_on(produce(
         &old_addr,
@@ -473,7 +346,7 @@ fn a_former_leader_truncates_the_records_that_were_never_committed() {
         acks_all(0, 30_000),
     ));
     assert!(committed.iter().all(|(_, r)| r.is_ok()), "{committed:?}");
-    for &f in &followers {
+    for &f in followers {
         c.kill9(f);
     }
     // Not idempotent: a producer id comes from the controller, whose quorum is down with the
@@ -498,16 +371,24 @@ fn a_former_leader_truncates_the_records_that_were_never_committed() {
         !taken.is_empty() && taken == (10..10 + taken.len() as i64).collect::<Vec<_>>(),
         "the old leader took acks=1 records after the committed ones: {uncommitted:?}"
     );
-    // Both at once: neither serves before the other is back (no quorum alone).
-    for &f in &followers {
+    committed
+}
+
+/// Brings `followers` back (both at once: neither serves before the other is back, no quorum
+/// alone); one of them leads and writes 5 records where its log ended (offsets 10..15).
+fn a_new_leader_writes_on(
+    c: &mut Cluster,
+    rt: &tokio::runtime::Runtime,
+    old: u64,
+    followers: &[u64],
+) -> Sent {
+    for &f in followers {
         c.restart_nowait(f);
     }
-    for &f in &followers {
+    for &f in followers {
         c.wait_ready(f);
     }
-    c.wait_for_every_node("a new leader", |i| {
-        partition_of(i).is_some_and(|p| p.leader >= 0 && p.leader != old as i32)
-    });
+    wait_for_new_leader(c, old, "a new leader");
     let bootstrap = c.bootstrap();
     let fresh = rt.block_on(produce(
         &bootstrap,
@@ -523,6 +404,25 @@ fn a_former_leader_truncates_the_records_that_were_never_committed() {
         (10..15).collect::<Vec<_>>(),
         "the new leader writes where its log ended"
     );
+    fresh
+}
+
+/// A diverged follower: the leader appends records its followers never get (both killed with
+/// SIGKILL, acks=1), then dies too (kill -9). The followers come back, one of them leads in a
+/// new epoch and writes other records at those offsets. The old leader comes back as a
+/// follower, learns from the new leader's diverging-epoch answer where its log left the
+/// leader's, truncates its tail there and fetches on: no offset holds two values on any
+/// replica that could lead, and the three logs are identical batch for batch.
+#[test]
+fn a_former_leader_truncates_the_records_that_were_never_committed() {
+    // A long lag: the followers stay in the ISR (only ISR members may lead next).
+    let mut c = cluster(3, 3000, 30_000);
+    create_topic(&mut c, 2);
+    let old = c.leader_of(TOPIC, 0).expect("a leader") as u64;
+    let followers: Vec<u64> = (1..=3).filter(|&id| id != old).collect();
+    let rt = runtime();
+    let committed = diverge_and_kill_the_leader(&mut c, &rt, old, &followers);
+    let fresh = a_new_leader_writes_on(&mut c, &rt, old, &followers);
     c.restart(old);
     wait_for_full_isr(&mut c, "the old leader back in the ISR");
     let (log, hw) = rt.block_on(read_with_high_watermark(&c.bootstrap()));
@@ -569,19 +469,15 @@ fn acks_all_writes_move_on_while_the_leader_is_paused() {
         let mut sent = Vec::new();
         for (i, v) in values("paused", 20).into_iter().enumerate() {
             if i == 10 {
-                signal(&mut c, leader, libc::SIGSTOP);
+                c.signal(leader, libc::SIGSTOP);
             }
-            let record = ProducerRecord::new(TOPIC).partition(0).value(v.clone());
-            let outcome = match producer.send(record).await {
-                Ok(delivery) => delivery.await.map(|m| m.offset).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
+            let outcome = send_one(&producer, TOPIC, 0, v.clone()).await;
             sent.push((v, outcome));
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), producer.close()).await;
         sent
     });
-    signal(&mut c, leader, libc::SIGCONT);
+    c.signal(leader, libc::SIGCONT);
     let failed: Vec<_> = sent.iter().filter(|(_, r)| r.is_err()).collect();
     assert!(
         failed.is_empty(),
@@ -590,9 +486,7 @@ fn acks_all_writes_move_on_while_the_leader_is_paused() {
     );
     // Read once the continued broker knows it was deposed: until then it still serves its
     // own (older) high watermark to a consumer that asks it first.
-    c.wait_for_every_node("the new leader everywhere", |i| {
-        partition_of(i).is_some_and(|p| p.leader >= 0 && p.leader != leader as i32)
-    });
+    wait_for_new_leader(&mut c, leader, "the new leader everywhere");
     let log = rt.block_on(read_all(&c.bootstrap()));
     assert_eq!(check_acked(&sent, &log), 20);
 }

@@ -14,16 +14,18 @@
 //!
 //! Segments roll at every batch (`segment.ms=1`), one record per batch: offsets 0..6.
 
-use std::collections::BTreeMap;
+mod replicated;
+
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use borges_checker::replica::{self, ReplicaLog};
+use borges_checker::replica::ReplicaLog;
 use borges_client::{Acks, ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use borges_protocol::batch;
 use borges_replication::metadata::{BrokerState, MetadataImage, PartitionRecord, NO_LEADER};
-use borges_testkit::cluster::{Cluster, ClusterOptions, CLUSTER_WAIT};
+use borges_testkit::cluster::{first_partition, wait_until, Cluster};
+use replicated::describe;
 
 const TOPIC: &str = "validated";
 /// Records produced, one batch each.
@@ -33,40 +35,21 @@ const DAMAGED: i64 = 3;
 
 /// `voters` brokers. `extra_toml` follows the `[cluster]` lines (other tables may follow).
 fn cluster_with(voters: usize, lag_ms: u64, extra_toml: &str) -> Cluster {
-    Cluster::start_with(ClusterOptions {
+    replicated::cluster(
         voters,
-        cluster_toml: format!(
+        format!(
             "heartbeat_interval_ms = 200\nsession_timeout_ms = 3000\n\
              replica_lag_time_max_ms = {lag_ms}\n{extra_toml}"
         ),
-        ..ClusterOptions::default()
-    })
+    )
 }
 
 fn cluster(voters: usize, lag_ms: u64) -> Cluster {
     cluster_with(voters, lag_ms, "")
 }
 
-/// Waits until `ok` holds for the images of `ids` (nodes that answer: not stopped ones).
-fn wait_images(
-    c: &mut Cluster,
-    ids: &[u64],
-    what: &str,
-    ok: impl Fn(&MetadataImage) -> bool,
-) -> Vec<MetadataImage> {
-    let deadline = Instant::now() + CLUSTER_WAIT;
-    loop {
-        let images: Vec<Option<MetadataImage>> = ids.iter().map(|&id| c.image_of(id)).collect();
-        if images.iter().all(|i| i.as_ref().is_some_and(&ok)) {
-            return images.into_iter().flatten().collect();
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn partition_of(image: &MetadataImage) -> Option<&PartitionRecord> {
-    image.topics.get(TOPIC).and_then(|t| t.partitions.first())
+    first_partition(image, TOPIC)
 }
 
 fn create_topic(c: &mut Cluster) {
@@ -156,41 +139,12 @@ fn flip_bit(dir: &Path, offset: i64) -> PathBuf {
 }
 
 fn replica_log(c: &mut Cluster, id: u64) -> ReplicaLog {
-    let dir = partition_dir(c, id);
-    replica::read_partition_dir(id, TOPIC, 0, &dir)
-        .unwrap_or_else(|e| panic!("replica of node {id}: {e}"))
-}
-
-fn describe(log: &ReplicaLog) -> String {
-    let batches: Vec<String> = log.batches.iter().map(|b| b.to_string()).collect();
-    format!(
-        "node {}: [{}] problem {:?}",
-        log.node,
-        batches.join(", "),
-        log.problem
-    )
+    replicated::replica_log(c, TOPIC, id)
 }
 
 /// The replicas on `nodes` hold every batch below `hw`, identical batch for batch.
 fn assert_identical(c: &mut Cluster, nodes: &[u64], hw: i64) {
-    let logs: Vec<ReplicaLog> = nodes.iter().map(|&id| replica_log(c, id)).collect();
-    let bound = BTreeMap::from([((TOPIC.to_string(), 0), hw)]);
-    let comparison = replica::compare(&logs, &bound);
-    let all: Vec<String> = logs.iter().map(describe).collect();
-    assert!(
-        comparison.anomalies.is_empty() && logs.iter().all(|l| l.log_end() >= hw),
-        "replicas differ below {hw}: {:?}\n{}",
-        comparison.anomalies,
-        all.join("\n")
-    );
-}
-
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + CLUSTER_WAIT;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    replicated::assert_replicas_identical(c, TOPIC, nodes, hw);
 }
 
 /// A follower that was down comes back and fetches from a leader whose copy of batch 3 is
@@ -372,12 +326,12 @@ fn not_elected_while_under_repair(damage: fn(&mut Cluster, u64), logged: &str) {
             .is_some_and(|b| b.state == BrokerState::Fenced)
     };
     let live: Vec<u64> = (1..=5).filter(|&id| id != leader && id != other).collect();
-    let images = wait_images(&mut c, &live, "both healthy replicas fenced", |i| {
+    let images = c.wait_for_nodes(&live, "both healthy replicas fenced", |i| {
         fenced(i, leader) && fenced(i, other)
     });
     // Past the sessions and the elections they caused: the repairing replica leads nothing.
     std::thread::sleep(Duration::from_millis(1000));
-    let now = wait_images(&mut c, &live, "an image", |_| true);
+    let now = c.wait_for_nodes(&live, "an image", |_| true);
     for i in images.iter().chain(&now) {
         let p = partition_of(i).expect("the partition");
         assert_eq!(

@@ -3,15 +3,16 @@
 //! (checked by `borges-checker` on the recorded history), and the CLI producer is idempotent too.
 
 mod common;
+mod exactly_once;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use borges_checker::history::value_bytes;
-use borges_checker::{check_history, CheckOptions, Recorder};
-use borges_client::{Acks, Producer, ProducerConfig, ProducerRecord};
+use borges_checker::Recorder;
+use borges_client::{Acks, Producer, ProducerConfig};
 use common::*;
+use exactly_once::{check_exactly_once, run_with_faults, wait_for_acked, Progress, Stream};
 
 const TOPIC: &str = "exactly-once";
 const PARTITIONS: i32 = 4;
@@ -30,34 +31,11 @@ fn producer_config() -> ProducerConfig {
     }
 }
 
-/// Sends `RECORDS` records (keyed over the partitions), recording each send and its outcome;
-/// `progress` counts the acknowledged ones and all completed ones.
-async fn produce_recorded(producer: Producer, recorder: Recorder, progress: Arc<Progress>) {
-    let process = recorder.process();
-    let mut pending = Vec::with_capacity(RECORDS);
-    for i in 0..RECORDS {
-        let value = recorder.value();
-        let record = ProducerRecord::new(TOPIC)
-            .key(format!("k{}", i % 64))
-            .value(value_bytes(value));
-        let delivery = producer.send(record).await.expect("queued");
-        let send = recorder.send(process, delivery.partition(), value);
-        let progress = progress.clone();
-        pending.push(tokio::spawn(async move {
-            match delivery.await {
-                Ok(meta) => {
-                    send.ok(meta.offset);
-                    progress.acked.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => send.info(&e.to_string()),
-            }
-            progress.completed.fetch_add(1, Ordering::Relaxed);
-        }));
-    }
-    for p in pending {
-        p.await.unwrap();
-    }
-}
+const STREAM: Stream = Stream {
+    topic: TOPIC,
+    records: RECORDS,
+    interval: None,
+};
 
 /// The final read of every partition, recorded.
 async fn final_read(broker: &borges_testkit::BrokerProcess, recorder: &Recorder) {
@@ -79,13 +57,6 @@ async fn final_read(broker: &borges_testkit::BrokerProcess, recorder: &Recorder)
     }
 }
 
-/// Sends acknowledged, and completed either way.
-#[derive(Default)]
-struct Progress {
-    acked: AtomicUsize,
-    completed: AtomicUsize,
-}
-
 /// Kills the broker with SIGKILL `KILLS` times, each once a further share of the records is
 /// acknowledged (so that every kill lands mid-stream, with requests in flight), and restarts
 /// it; returns the acknowledged counts seen at the kills.
@@ -97,13 +68,8 @@ fn kill_mid_stream(
     let mut at_kill = Vec::new();
     for k in 0..KILLS {
         let threshold = RECORDS * (k + 1) / (KILLS + 2);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while progress.acked.load(Ordering::Relaxed) < threshold {
-            if progress.completed.load(Ordering::Relaxed) == RECORDS {
-                return at_kill; // sends failed: the checks after this report them
-            }
-            assert!(Instant::now() < deadline, "the producer is stuck");
-            std::thread::sleep(Duration::from_millis(1));
+        if !wait_for_acked(progress, threshold, RECORDS, Duration::from_secs(120)) {
+            return at_kill;
         }
         let id = format!("kill-{k}");
         recorder.fault_start(&id, "kill", "broker", &[]);
@@ -126,35 +92,15 @@ async fn every_record_exactly_once_and_in_order_through_repeated_kill_9() {
         .await
         .unwrap();
     let progress = Arc::new(Progress::default());
-    let sender = tokio::spawn(produce_recorded(
-        producer.clone(),
-        recorder.clone(),
-        progress.clone(),
-    ));
-    let (broker, at_kill) = {
-        let (recorder, progress) = (recorder.clone(), progress.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut broker = broker;
-            let at_kill = kill_mid_stream(&mut broker, &recorder, &progress);
-            (broker, at_kill)
-        })
-        .await
-        .unwrap()
-    };
-    sender.await.unwrap();
-    producer.close().await.unwrap();
-    assert!(
-        at_kill.iter().all(|&n| n < RECORDS),
-        "every kill landed before the last acknowledgement: {at_kill:?}"
-    );
+    let (broker, _) = run_with_faults(
+        (producer, &recorder, &progress),
+        STREAM,
+        broker,
+        kill_mid_stream,
+    )
+    .await;
     final_read(&broker, &recorder).await;
-    let history = recorder.history().expect("in-memory history");
-    let report = check_history(&history, &CheckOptions::default()).unwrap();
-    for a in &report.anomalies {
-        eprintln!("anomaly {a}");
-    }
-    assert!(report.anomalies.is_empty(), "{}", report.summary);
-    assert_eq!(report.summary.acked, RECORDS, "{}", report.summary);
+    check_exactly_once(&recorder, RECORDS);
 }
 
 #[test]

@@ -13,13 +13,14 @@
 //! ```
 
 use std::io::Read;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use borges_replication::cluster::ClusterMetadata;
 use borges_replication::link::{LinkClient, QuorumStatus};
-use borges_replication::metadata::{BrokerState, MetadataImage, NO_LEADER};
+use borges_replication::metadata::{BrokerState, MetadataImage, PartitionRecord, NO_LEADER};
 use borges_replication::types::StateMachine;
 
 use crate::{borges_bin, free_port, READY_TIMEOUT};
@@ -84,6 +85,11 @@ impl ClusterNode {
     /// `127.0.0.1:<port>` of the main listener.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The main listener's address, parsed.
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// The metrics endpoint (an ephemeral port, from the ready file).
@@ -403,13 +409,37 @@ impl Cluster {
         what: &str,
         ok: impl Fn(&MetadataImage) -> bool,
     ) -> Vec<MetadataImage> {
+        self.wait_for_images(what, Self::running_ids, ok)
+    }
+
+    /// Waits until `ok` holds for the images of `ids` (nodes that answer: not stopped ones);
+    /// returns their images.
+    pub fn wait_for_nodes(
+        &mut self,
+        ids: &[u64],
+        what: &str,
+        ok: impl Fn(&MetadataImage) -> bool,
+    ) -> Vec<MetadataImage> {
+        self.wait_for_images(what, |_| ids.to_vec(), ok)
+    }
+
+    fn running_ids(&mut self) -> Vec<u64> {
+        self.nodes
+            .iter_mut()
+            .filter_map(|n| n.is_running().then_some(n.id))
+            .collect()
+    }
+
+    /// Waits until `ok` holds for the image of every node `ids` names (asked again each time).
+    fn wait_for_images(
+        &mut self,
+        what: &str,
+        ids: impl Fn(&mut Self) -> Vec<u64>,
+        ok: impl Fn(&MetadataImage) -> bool,
+    ) -> Vec<MetadataImage> {
         let deadline = Instant::now() + CLUSTER_WAIT;
         loop {
-            let ids: Vec<u64> = self
-                .nodes
-                .iter_mut()
-                .filter_map(|n| n.is_running().then_some(n.id))
-                .collect();
+            let ids = ids(self);
             let images: Vec<Option<MetadataImage>> =
                 ids.iter().map(|&id| self.image_of(id)).collect();
             if images.iter().all(|i| i.as_ref().is_some_and(&ok)) {
@@ -418,6 +448,33 @@ impl Cluster {
             assert!(Instant::now() < deadline, "timed out waiting for: {what}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The leader of partition 0 of `topic` once every live node's image names the same one,
+    /// other than `not`, and (when `full_isr`) with every replica in the ISR.
+    pub fn wait_for_agreed_leader(&mut self, topic: &str, not: Option<i32>, full_isr: bool) -> u64 {
+        let images = self.wait_for_every_node(&format!("a leader of {topic} everywhere"), |i| {
+            first_partition(i, topic).is_some_and(|p| {
+                p.leader >= 0
+                    && Some(p.leader) != not
+                    && (!full_isr || p.isr.len() == p.replicas.len())
+            })
+        });
+        let leaders: Vec<i32> = images
+            .iter()
+            .map(|i| i.topics[topic].partitions[0].leader)
+            .collect();
+        assert!(leaders.windows(2).all(|w| w[0] == w[1]), "{leaders:?}");
+        leaders[0] as u64
+    }
+
+    /// Sends `signal` (SIGSTOP, SIGCONT, ...) to node `id`'s process.
+    pub fn signal(&mut self, id: u64, signal: libc::c_int) {
+        let pid = self.node(id).pid() as libc::pid_t;
+        assert!(pid > 0, "node {id} is not running");
+        // SAFETY: a signal to a broker process this cluster started.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "signal {signal} to broker {id}");
     }
 
     /// The leader of `topic`-`partition` in the active controller's image.
@@ -481,6 +538,20 @@ impl Drop for Cluster {
         if std::thread::panicking() {
             eprintln!("{}", self.logs());
         }
+    }
+}
+
+/// The first partition of `topic` in `image`.
+pub fn first_partition<'a>(image: &'a MetadataImage, topic: &str) -> Option<&'a PartitionRecord> {
+    image.topics.get(topic).and_then(|t| t.partitions.first())
+}
+
+/// Waits (up to [`CLUSTER_WAIT`]) until `ok` holds, polling every 50 ms.
+pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + CLUSTER_WAIT;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

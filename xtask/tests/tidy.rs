@@ -62,16 +62,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
         "partition_leader_failover_time",
         108,
     ),
-    (
-        "cli/tests/replication.rs",
-        "a_former_leader_truncates_the_records_that_were_never_committed",
-        78,
-    ),
-    (
-        "cli/tests/replication.rs",
-        "acks_all_with_two_brokers_down_is_refused_and_appends_nothing",
-        77,
-    ),
     ("client/examples/consumer_bench.rs", "run", 72),
     ("client/examples/sink.rs", "answer", 141),
     ("client/src/producer/accumulator.rs", "append", 84),
