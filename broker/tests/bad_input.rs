@@ -137,39 +137,19 @@ fn unknown_api_and_version_get_typed_errors_and_the_connection_lives_on() {
         },
     );
     fbb.finish(root, None);
-    let unknown = message::encode_message(
-        MessageHead {
-            api_key: 999,
-            api_version: 0,
-            flags: 0,
-            correlation_id: 5,
-        },
-        &fbb,
-        &[],
-    )
-    .unwrap();
-    let bad_version = message::encode_message(
-        MessageHead {
-            api_key: ApiKey::Metadata as u16,
-            api_version: 77,
-            flags: 0,
-            correlation_id: 6,
-        },
-        &fbb,
-        &[],
-    )
-    .unwrap();
-    let as_response = message::encode_message(
-        MessageHead {
-            api_key: ApiKey::Metadata as u16,
-            api_version: 0,
-            flags: FLAG_RESPONSE,
-            correlation_id: 7,
-        },
-        &fbb,
-        &[],
-    )
-    .unwrap();
+    let frame = |api_key: u16, api_version: u16, flags: u16, correlation_id: u32| {
+        let head = MessageHead {
+            api_key,
+            api_version,
+            flags,
+            correlation_id,
+        };
+        message::encode_message(head, &fbb, &[]).unwrap()
+    };
+    let metadata = ApiKey::Metadata as u16;
+    let unknown = frame(999, 0, 0, 5);
+    let bad_version = frame(metadata, 77, 0, 6);
+    let as_response = frame(metadata, 0, FLAG_RESPONSE, 7);
     let good =
         message::encode_message(MessageHead::request(ApiKey::Metadata, 0, 8), &fbb, &[]).unwrap();
     for f in [&unknown, &bad_version, &as_response, &good] {

@@ -173,24 +173,7 @@ struct Stages {
 #[ignore = "measurement: run with --ignored --nocapture"]
 fn partition_leader_failover_time() {
     let kill_controller = std::env::var("KILL").is_ok_and(|k| k == "controller");
-    // The broker's default timers; preferred leaders come back a second after the restarted
-    // broker rejoins (each trial waits for that), so that leaders stay spread over the brokers.
-    let mut c = Cluster::start_with(ClusterOptions {
-        cluster_toml: "leader_imbalance_check_interval_ms = 1000\n".into(),
-        ..ClusterOptions::default()
-    });
-    c.cli(&[
-        "topic",
-        "create",
-        FAILOVER_TOPIC,
-        "--partitions",
-        &FAILOVER_PARTITIONS.to_string(),
-        "--replication-factor",
-        "3",
-        "--config",
-        "min.insync.replicas=2",
-    ]);
-    wait_for_full_isr(&mut c);
+    let mut c = failover_cluster();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -208,76 +191,125 @@ fn partition_leader_failover_time() {
         .expect("producer");
     let mut all = Vec::new();
     for trial in 0..trials() {
-        let controller = c.wait_for_controller();
-        let image = c.image_of(controller).expect("the controller's image");
-        let partitions = &image.topics[FAILOVER_TOPIC].partitions;
-        let Some((partition, victim)) = partitions
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (i as i32, p.leader))
-            .find(|&(_, leader)| (leader as u64 == controller) == kill_controller)
-        else {
-            println!("trial {trial}: no partition led by a fitting broker; skipped");
-            continue;
-        };
-        let state = Arc::new(SendState::default());
-        let sender = rt.spawn(send_loop(producer.clone(), partition, state.clone()));
-        wait_for(&state, None, "an acknowledgement before the kill");
-        let kill_at = Instant::now();
-        let kill_unix_ms = unix_ms_now();
-        c.kill9(victim as u64);
-        let acked_at = wait_for(&state, Some(kill_at), "an acknowledgement after the kill");
-        state.stop.store(true, Ordering::Release);
-        let _ = rt.block_on(sender);
-        let mut stages = Stages {
-            acked: (acked_at - kill_at).as_secs_f64() * 1000.0,
-            ..Stages::default()
-        };
-        let part = format!("partition={FAILOVER_TOPIC}-{partition} ");
-        let mut leader_id = -1;
-        for n in &c.nodes {
-            if n.id as i32 == victim {
-                continue;
-            }
-            let log = n.log();
-            if let Some(t) = first_log_line(&log, kill_unix_ms, &[&part, "role=\"leader\""]) {
-                stages.leader = t - kill_unix_ms;
-                leader_id = n.id as i32;
-            }
-            if let Some(t) = first_log_line(&log, kill_unix_ms, &[&part, "role=\"follower\""]) {
-                stages.follower = t - kill_unix_ms;
-            }
-            let fenced = format!("broker fenced broker={victim} ");
-            if let Some(t) = first_log_line(&log, kill_unix_ms, &[&fenced]) {
-                stages.fenced = t - kill_unix_ms;
-            }
+        if let Some(stages) = failover_trial(&mut c, &rt, &producer, trial, kill_controller) {
+            all.push(stages);
         }
-        let s = stages;
-        println!(
-            "trial {trial}: partition {partition} leader {victim} -> {leader_id}: fenced {:.0} ms, \
-             leader role {:.0} ms, follower role {:.0} ms, acknowledged {:.0} ms",
-            s.fenced, s.leader, s.follower, s.acked
-        );
-        all.push(s);
-        c.restart(victim as u64);
-        wait_for_full_isr(&mut c);
     }
+    let stage = |f: fn(&Stages) -> f64| all.iter().map(f).collect::<Vec<_>>();
     summary(
         "fenced (kill -9 -> the controller's log line)",
-        all.iter().map(|s| s.fenced).collect(),
+        stage(|s| s.fenced),
     );
     summary(
         "new leader's core leads (kill -9 -> its log line)",
-        all.iter().map(|s| s.leader).collect(),
+        stage(|s| s.leader),
     );
     summary(
         "follower follows it (kill -9 -> its log line)",
-        all.iter().map(|s| s.follower).collect(),
+        stage(|s| s.follower),
     );
     summary(
         "partition leader failover (kill -9 -> next acks=all acknowledgement)",
-        all.iter().map(|s| s.acked).collect(),
+        stage(|s| s.acked),
     );
+}
+
+/// The cluster of the partition-leader measurement, with its topic at the full ISR: the
+/// broker's default timers; preferred leaders come back a second after the restarted broker
+/// rejoins (each trial waits for that), so that leaders stay spread over the brokers.
+fn failover_cluster() -> Cluster {
+    let mut c = Cluster::start_with(ClusterOptions {
+        cluster_toml: "leader_imbalance_check_interval_ms = 1000\n".into(),
+        ..ClusterOptions::default()
+    });
+    c.cli(&[
+        "topic",
+        "create",
+        FAILOVER_TOPIC,
+        "--partitions",
+        &FAILOVER_PARTITIONS.to_string(),
+        "--replication-factor",
+        "3",
+        "--config",
+        "min.insync.replicas=2",
+    ]);
+    wait_for_full_isr(&mut c);
+    c
+}
+
+/// One trial: kills the leader of a partition (led by the active controller when
+/// `kill_controller`, else by another broker) while `producer` sends to it, measures the
+/// stages, restarts the broker and waits for the full ISR. None when no partition fits.
+fn failover_trial(
+    c: &mut Cluster,
+    rt: &tokio::runtime::Runtime,
+    producer: &Producer,
+    trial: usize,
+    kill_controller: bool,
+) -> Option<Stages> {
+    let controller = c.wait_for_controller();
+    let image = c.image_of(controller).expect("the controller's image");
+    let partitions = &image.topics[FAILOVER_TOPIC].partitions;
+    let Some((partition, victim)) = partitions
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i as i32, p.leader))
+        .find(|&(_, leader)| (leader as u64 == controller) == kill_controller)
+    else {
+        println!("trial {trial}: no partition led by a fitting broker; skipped");
+        return None;
+    };
+    let state = Arc::new(SendState::default());
+    let sender = rt.spawn(send_loop(producer.clone(), partition, state.clone()));
+    wait_for(&state, None, "an acknowledgement before the kill");
+    let kill_at = Instant::now();
+    let kill_unix_ms = unix_ms_now();
+    c.kill9(victim as u64);
+    let acked_at = wait_for(&state, Some(kill_at), "an acknowledgement after the kill");
+    state.stop.store(true, Ordering::Release);
+    let _ = rt.block_on(sender);
+    let mut stages = Stages {
+        acked: (acked_at - kill_at).as_secs_f64() * 1000.0,
+        ..Stages::default()
+    };
+    let leader_id = stages_from_logs(c, (partition, victim), kill_unix_ms, &mut stages);
+    let s = stages;
+    println!(
+        "trial {trial}: partition {partition} leader {victim} -> {leader_id}: fenced {:.0} ms, \
+         leader role {:.0} ms, follower role {:.0} ms, acknowledged {:.0} ms",
+        s.fenced, s.leader, s.follower, s.acked
+    );
+    c.restart(victim as u64);
+    wait_for_full_isr(c);
+    Some(s)
+}
+
+/// Fills the log-line stages of `stages` (ms after `kill_unix_ms`) from the logs of the nodes
+/// other than `victim`, for `partition`; returns the id of the node that took the leader role
+/// (-1 when none logged it).
+fn stages_from_logs(
+    c: &Cluster,
+    (partition, victim): (i32, i32),
+    kill_unix_ms: f64,
+    stages: &mut Stages,
+) -> i32 {
+    let part = format!("partition={FAILOVER_TOPIC}-{partition} ");
+    let fenced = format!("broker fenced broker={victim} ");
+    let mut leader_id = -1;
+    for n in c.nodes.iter().filter(|n| n.id as i32 != victim) {
+        let log = n.log();
+        if let Some(t) = first_log_line(&log, kill_unix_ms, &[&part, "role=\"leader\""]) {
+            stages.leader = t - kill_unix_ms;
+            leader_id = n.id as i32;
+        }
+        if let Some(t) = first_log_line(&log, kill_unix_ms, &[&part, "role=\"follower\""]) {
+            stages.follower = t - kill_unix_ms;
+        }
+        if let Some(t) = first_log_line(&log, kill_unix_ms, &[&fenced]) {
+            stages.fenced = t - kill_unix_ms;
+        }
+    }
+    leader_id
 }
 
 /// Waits until every live node sees every partition of the measured topic with all three

@@ -27,6 +27,45 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(run())
 }
 
+/// Creates `topic` with `partitions` (unless it exists) and writes `records` records of
+/// `record_size` bytes to it (acks=1).
+async fn fill(
+    config: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    records: u64,
+    record_size: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match Admin::new(config.clone())
+        .await?
+        .create_topics(vec![NewTopic::new(topic, partitions)])
+        .await
+    {
+        Err(e) if e.code() != Some(ErrorCode::TopicAlreadyExists) => return Err(e.into()),
+        _ => {}
+    }
+    let producer = Producer::new(
+        config.clone(),
+        ProducerConfig {
+            acks: Acks::Leader,
+            batch_size_bytes: 256 * 1024,
+            ..ProducerConfig::default()
+        },
+    )
+    .await?;
+    let value = Bytes::from(vec![b'x'; record_size]);
+    let topic: std::sync::Arc<str> = topic.into();
+    for _ in 0..records {
+        drop(
+            producer
+                .send(ProducerRecord::new(topic.clone()).value(value.clone()))
+                .await?,
+        );
+    }
+    producer.close().await?;
+    Ok(())
+}
+
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let bootstrap = arg("--bootstrap", "127.0.0.1:9292");
     let topic = arg("--topic", "consumer-bench");
@@ -35,33 +74,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let record_size: usize = arg("--record-size", "1024").parse()?;
     let config = ClientConfig::new(&bootstrap);
     if arg("--fill", "true") == "true" {
-        match Admin::new(config.clone())
-            .await?
-            .create_topics(vec![NewTopic::new(&topic, partitions)])
-            .await
-        {
-            Err(e) if e.code() != Some(ErrorCode::TopicAlreadyExists) => return Err(e.into()),
-            _ => {}
-        }
-        let producer = Producer::new(
-            config.clone(),
-            ProducerConfig {
-                acks: Acks::Leader,
-                batch_size_bytes: 256 * 1024,
-                ..ProducerConfig::default()
-            },
-        )
-        .await?;
-        let value = Bytes::from(vec![b'x'; record_size]);
-        let topic: std::sync::Arc<str> = topic.as_str().into();
-        for _ in 0..records {
-            drop(
-                producer
-                    .send(ProducerRecord::new(topic.clone()).value(value.clone()))
-                    .await?,
-            );
-        }
-        producer.close().await?;
+        fill(&config, &topic, partitions, records, record_size).await?;
     }
     let consumer_config = ConsumerConfig {
         partition_fetch_bytes_max: arg("--partition-fetch-bytes", "4194304").parse()?,

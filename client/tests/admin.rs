@@ -45,6 +45,30 @@ async fn topics_are_created_described_altered_listed_and_deleted() {
     assert_eq!(retention.value.as_deref(), Some("86400000"));
     assert_eq!(retention.source, ConfigSource::Topic);
 
+    alter_and_delete_retention(&admin).await;
+
+    assert!(admin
+        .list_topics()
+        .await
+        .unwrap()
+        .contains(&"orders".to_string()));
+    admin.delete_topics(&["orders"]).await.unwrap();
+    assert!(!admin
+        .list_topics()
+        .await
+        .unwrap()
+        .contains(&"orders".to_string()));
+    let err = admin.describe_topics(&["orders"]).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(ErrorCode::UnknownTopicOrPartition),
+        "{err}"
+    );
+}
+
+/// `retention.ms` of "orders" set, then deleted (back to the default), then refused with a
+/// value that is not a number.
+async fn alter_and_delete_retention(admin: &Admin) {
     admin
         .alter_configs("orders", vec![AlterConfig::set("retention.ms", "1000")])
         .await
@@ -64,24 +88,6 @@ async fn topics_are_created_described_altered_listed_and_deleted() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidConfig), "{err}");
-
-    assert!(admin
-        .list_topics()
-        .await
-        .unwrap()
-        .contains(&"orders".to_string()));
-    admin.delete_topics(&["orders"]).await.unwrap();
-    assert!(!admin
-        .list_topics()
-        .await
-        .unwrap()
-        .contains(&"orders".to_string()));
-    let err = admin.describe_topics(&["orders"]).await.unwrap_err();
-    assert_eq!(
-        err.code(),
-        Some(ErrorCode::UnknownTopicOrPartition),
-        "{err}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

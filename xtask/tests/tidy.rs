@@ -30,11 +30,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("broker/src/handlers/groups.rs", "offset_fetch", 79),
     ("broker/src/handlers/metadata.rs", "metadata", 112),
     ("broker/src/server.rs", "run", 92),
-    (
-        "broker/tests/bad_input.rs",
-        "unknown_api_and_version_get_typed_errors_and_the_connection_lives_on",
-        74,
-    ),
     ("checker/src/anomaly.rs", "fmt", 71),
     ("checker/src/tests.rs", "kind", 96),
     (
@@ -57,19 +52,8 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
         "a_killed_member_process_loses_its_partitions_to_the_survivor_without_loss",
         129,
     ),
-    (
-        "cli/tests/cluster_failover.rs",
-        "partition_leader_failover_time",
-        108,
-    ),
-    ("client/examples/consumer_bench.rs", "run", 72),
     ("client/examples/sink.rs", "answer", 141),
     ("client/src/producer/accumulator.rs", "append", 84),
-    (
-        "client/tests/admin.rs",
-        "topics_are_created_described_altered_listed_and_deleted",
-        74,
-    ),
     ("loadgen/src/runner.rs", "run_on_topics", 93),
 ];
 
