@@ -186,7 +186,16 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let peer_host: Rc<str> = Rc::from(peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h));
     let mut stream = stream;
     let mut auth = shard.sasl().map(crate::sasl::Authenticator::new);
-    let reason = read_loop(&shard, &mut stream, &in_flight, &peer_host, &mut auth).await;
+    let mut principal: Rc<str> = match stream.tls_peer_subject() {
+        Some(subject) => Rc::from(format!("User:{subject}")),
+        None => Rc::from(crate::acl::ANONYMOUS),
+    };
+    let mut conn = Conn {
+        peer: &peer_host,
+        principal: &mut principal,
+        auth: &mut auth,
+    };
+    let reason = read_loop(&shard, &mut stream, &in_flight, &mut conn).await;
     tracing::debug!(%peer, "closing connection: {reason}");
     in_flight.close();
     writer.await;
@@ -316,24 +325,33 @@ fn request_header(buf: &[u8]) -> Option<FrameHeader> {
         .or_else(|| FrameHeader::new(0, 0, 0, 0, 0, 0))
 }
 
+/// Who is on the other end of a connection, as its reader knows it.
+struct Conn<'a> {
+    /// The peer's host.
+    peer: &'a Rc<str>,
+    /// The certificate subject's (mTLS) until SASL authenticates a user; else anonymous.
+    principal: &'a mut Rc<str>,
+    /// The SASL authenticator (SASL on).
+    auth: &'a mut Option<crate::sasl::Authenticator>,
+}
+
 async fn read_loop(
     shard: &Rc<Shard>,
     stream: &mut TcpStream,
     in_flight: &InFlight,
-    peer: &Rc<str>,
-    auth: &mut Option<crate::sasl::Authenticator>,
+    conn: &mut Conn<'_>,
 ) -> CloseReason {
     let limits = &shard.config().limits;
     let idle_between_frames = Duration::from_millis(limits.connection_idle_timeout_ms);
     let memory = shard.admission().request_memory().clone();
     let mut reader = FrameReader::new(limits);
     let sasl = &shard.config().sasl;
-    let auth_deadline = auth.as_ref().map(|_| {
+    let auth_deadline = conn.auth.as_ref().map(|_| {
         reader.limit_until_authenticated(sasl.unauthenticated_frame_size_bytes_max);
         time::Instant::now() + Duration::from_millis(sasl.authentication_timeout_ms)
     });
     loop {
-        let idle = match idle_limit(shard, auth, auth_deadline, idle_between_frames) {
+        let idle = match idle_limit(shard, conn.auth, auth_deadline, idle_between_frames) {
             Ok(idle) => idle,
             Err(reason) => return reason,
         };
@@ -342,7 +360,7 @@ async fn read_loop(
         }
         match reader.next_frame() {
             Ok(Some((frame, permit))) => {
-                let handled = serve_frame(shard, auth, &mut reader, in_flight, peer, frame, permit);
+                let handled = serve_frame(shard, conn, &mut reader, in_flight, frame, permit);
                 match handled.await {
                     Some(reason) => return reason,
                     None => continue,
@@ -386,10 +404,9 @@ async fn read_loop(
 /// the authenticator's answer. `Some` when the connection stops.
 async fn serve_frame(
     shard: &Rc<Shard>,
-    auth: &mut Option<crate::sasl::Authenticator>,
+    conn: &mut Conn<'_>,
     reader: &mut FrameReader,
     in_flight: &InFlight,
-    peer: &Rc<str>,
     frame: Frame,
     permit: Option<MemoryPermit>,
 ) -> Option<CloseReason> {
@@ -406,7 +423,7 @@ async fn serve_frame(
         }
     };
     let correlation_id = frame.header.correlation_id;
-    let (frame, permit) = match gate(shard, auth, reader, peer, frame, permit) {
+    let (frame, permit) = match gate(shard, conn, reader, frame, permit) {
         Ok(pass) => pass,
         Err((response, permit)) => {
             let close = response.close_after;
@@ -418,7 +435,11 @@ async fn serve_frame(
             return close.then_some(CloseReason::Ended);
         }
     };
-    let task = crate::dispatch::request(shard, frame, permit, peer).await;
+    let from = crate::handlers::Requester {
+        peer: conn.peer,
+        principal: conn.principal,
+    };
+    let task = crate::dispatch::request(shard, frame, permit, from).await;
     in_flight.push(Pending::new(correlation_id, task)).await;
     None
 }
@@ -452,17 +473,19 @@ type Gated = Result<(Frame, MemoryPermit), (Response, MemoryPermit)>;
 /// the answer to send instead.
 fn gate(
     shard: &Rc<Shard>,
-    auth: &mut Option<crate::sasl::Authenticator>,
+    conn: &mut Conn<'_>,
     reader: &mut FrameReader,
-    peer: &str,
     frame: Frame,
     permit: MemoryPermit,
 ) -> Gated {
-    let Some(a) = auth.as_mut() else {
+    let Some(a) = conn.auth.as_mut() else {
         return Ok((frame, permit));
     };
     let (gate, outcome) = a.gate(&frame);
-    note_outcome(shard, peer, outcome);
+    if let crate::sasl::Outcome::Authenticated(user) = &outcome {
+        *conn.principal = Rc::from(format!("User:{user}"));
+    }
+    note_outcome(shard, conn.peer, outcome);
     if a.user().is_some() {
         reader.authenticated();
     }

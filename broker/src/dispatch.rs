@@ -20,7 +20,7 @@ pub async fn request(
     shard: &Rc<Shard>,
     frame: Frame,
     permit: MemoryPermit,
-    peer: &Rc<str>,
+    from: handlers::Requester<'_>,
 ) -> ResponseTask {
     let header = frame.header;
     let started = borges_runtime::time::Instant::now();
@@ -55,8 +55,21 @@ pub async fn request(
             });
         }
     };
+    if let Err(failure) = authorize(shard, api, &frame, from.principal) {
+        shard.metrics().count_request(header.api_key, true);
+        tracing::debug!(principal = %from.principal, "{api} refused: {failure}");
+        let mut response = wire::error_response(&header, &failure);
+        if api == ApiKey::Produce && !answered_produce(&frame.message) {
+            // acks = 0: the client reads no answer; closing tells it (as Kafka does).
+            response = response.then_close();
+        }
+        return task::spawn(async move {
+            drop(permit);
+            Some(response)
+        });
+    }
     shard.metrics().count_request(header.api_key, false);
-    let pending = handlers::handle(shard, api, frame, peer).await;
+    let pending = handlers::handle(shard, api, frame, from).await;
     let shard = shard.clone();
     task::spawn(async move {
         let response = pending.await;
@@ -64,6 +77,18 @@ pub async fn request(
         shard.metrics().record_latency(api, started.elapsed());
         response
     })
+}
+
+/// Checks the connection's principal against this core's ACLs (`acl::check`), before the
+/// request is dispatched or forwarded.
+fn authorize(shard: &Shard, api: ApiKey, frame: &Frame, principal: &str) -> Result<(), Failure> {
+    let authorizer = shard.authorizer();
+    crate::acl::check::request(&authorizer, principal, api, &frame.message)
+}
+
+/// Whether a (verified) Produce expects an answer (acks != 0).
+fn answered_produce(message: &[u8]) -> bool {
+    wire::verify::<borges_protocol::wire::ProduceRequest>(message).is_ok_and(|r| r.acks() != 0)
 }
 
 /// Verifies the request's flatbuffers message (within the protocol's limits) for its API; a
@@ -96,6 +121,9 @@ fn verify_message(api: ApiKey, message: &[u8]) -> Result<(), Failure> {
         ApiKey::InitProducerId => wire::verify::<m::InitProducerIdRequest>(message).map(drop),
         ApiKey::SaslHandshake => wire::verify::<m::SaslHandshakeRequest>(message).map(drop),
         ApiKey::SaslAuthenticate => wire::verify::<m::SaslAuthenticateRequest>(message).map(drop),
+        ApiKey::CreateAcls => wire::verify::<m::CreateAclsRequest>(message).map(drop),
+        ApiKey::DescribeAcls => wire::verify::<m::DescribeAclsRequest>(message).map(drop),
+        ApiKey::DeleteAcls => wire::verify::<m::DeleteAclsRequest>(message).map(drop),
     }
 }
 

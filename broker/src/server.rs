@@ -47,6 +47,8 @@ struct Shared {
     reload: Arc<AtomicBool>,
     /// SASL settings and credentials (`[sasl]` on).
     sasl: Option<Arc<crate::sasl::Sasl>>,
+    /// The ACLs read at start-up, with the `[security]` settings.
+    authorizer: Arc<crate::acl::Authorizer>,
 }
 
 /// Starts the broker and blocks until it has shut down.
@@ -73,7 +75,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         Some(paths) => Some(Arc::new(TlsContext::load(paths)?)),
         None => None,
     };
-    let sasl = load_sasl(&config)?;
+    let (sasl, authorizer) = (load_sasl(&config)?, load_acls(&config)?);
     let cluster = crate::cluster::prepare(&config, cores, tls.clone())?;
     let (shutdown, reload) = install_signal_handlers()?;
     let shared = Arc::new(Shared {
@@ -84,6 +86,7 @@ pub fn run(mut config: BrokerConfig) -> Result<(), BrokerError> {
         tls,
         reload,
         sasl,
+        authorizer,
     });
     let runtime = &shared.config.runtime;
     let exec = ExecutorConfig {
@@ -155,6 +158,23 @@ fn load_sasl(config: &BrokerConfig) -> Result<Option<Arc<crate::sasl::Sasl>>, Br
         sasl.path().display()
     );
     Ok(Some(Arc::new(sasl)))
+}
+
+/// The ACLs file (`security.acls_file`) and the `[security]` settings.
+fn load_acls(config: &BrokerConfig) -> Result<Arc<crate::acl::Authorizer>, BrokerError> {
+    let security = &config.security;
+    let path = security.acls_path(&config.data_dir);
+    let acls = crate::acl::file::read(&path, security.acls_max as usize)
+        .map_err(|e| BrokerError::Config(format!("ACLs: {e}")))?;
+    if security.authorizer_enabled {
+        tracing::info!(
+            "authorizer on: {} ACLs in {}, {} super users",
+            acls.len(),
+            path.display(),
+            security.super_users.len()
+        );
+    }
+    Ok(Arc::new(crate::acl::Authorizer::new(security, acls)))
 }
 
 /// SIGTERM and SIGINT set the first flag returned (a second signal while shutting down exits
@@ -364,6 +384,7 @@ async fn core_main(
     if let Some(sasl) = &shared.sasl {
         shard.set_sasl(sasl.clone());
     }
+    shard.install_acls(&shared.authorizer);
     if let Some(cluster) = &shared.cluster {
         shard.follow_cluster(cluster.clone());
     }

@@ -115,6 +115,9 @@ pub enum Command {
     /// SASL/SCRAM users of a broker: create, delete, list (its credentials file).
     #[command(subcommand)]
     User(crate::user::UserCommand),
+    /// ACLs of a broker: add, remove, list (as kafka-acls.sh).
+    #[command(subcommand)]
+    Acl(crate::acl::AclCommand),
 }
 
 /// Output format of describe and list commands.

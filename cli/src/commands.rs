@@ -111,6 +111,7 @@ pub async fn run(
         Command::Produce(args) => crate::produce::run(config, ui, args).await,
         Command::Consume(args) => crate::consume::run(config, ui, args).await,
         Command::Group(group) => crate::group::run(config, group).await,
+        Command::Acl(acl) => crate::acl::run(config, acl).await,
         Command::Broker(_) | Command::Storage(_) | Command::Cluster(_) | Command::User(_) => {
             unreachable!("these commands run without a tokio runtime")
         }

@@ -2,6 +2,7 @@
 //! a cluster. Errors are one line on standard error and exit code 1; usage errors exit 2; a
 //! closed output pipe (`borges ... | head`) ends a command normally (exit 0).
 
+mod acl;
 mod args;
 mod cluster_cmd;
 mod commands;

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use borges_protocol::acl::{self, Acl, AclFilter};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 
 use crate::client::ClientCore;
@@ -415,6 +416,79 @@ impl Admin {
         Ok(())
     }
 
+    /// Adds ACLs (CreateAcls; needs Alter on the cluster): one result per ACL, in order. An
+    /// ACL the broker holds already is a success.
+    pub async fn create_acls(&self, acls: &[Acl]) -> Result<Vec<Result<()>>> {
+        let message = codec::encode(|fbb| {
+            let items: Vec<_> = acls.iter().map(|a| acl::encode_acl(fbb, a)).collect();
+            let creations = Some(fbb.create_vector(&items));
+            wire::CreateAclsRequest::create(fbb, &wire::CreateAclsRequestArgs { creations })
+        });
+        let frame = self.core.call_any(ApiKey::CreateAcls, message).await?;
+        let response = decode!(CreateAclsResponse, frame)?;
+        check_code(response.error_code, response.error_message)?;
+        let results = response.results.unwrap_or_default();
+        if results.len() != acls.len() {
+            return Err(ClientError::Protocol(format!(
+                "CreateAcls: {} results for {} ACLs",
+                results.len(),
+                acls.len()
+            )));
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| check_code(r.error_code, r.error_message))
+            .collect())
+    }
+
+    /// The ACLs `filter` names (DescribeAcls; needs Describe on the cluster).
+    pub async fn describe_acls(&self, filter: &AclFilter) -> Result<Vec<Acl>> {
+        let message = codec::encode(|fbb| {
+            let filter = Some(acl::encode_filter(fbb, filter));
+            wire::DescribeAclsRequest::create(fbb, &wire::DescribeAclsRequestArgs { filter })
+        });
+        let frame = self.core.call_any(ApiKey::DescribeAcls, message).await?;
+        let response = flatbuffers::root::<wire::DescribeAclsResponse>(&frame.message)
+            .map_err(|e| codec::invalid_message("DescribeAclsResponse", e))?;
+        check_code(
+            response.error_code(),
+            response.error_message().map(str::to_string),
+        )?;
+        decode_acls(response.acls())
+    }
+
+    /// Removes the ACLs each filter names (DeleteAcls; needs Alter on the cluster): per
+    /// filter, the ACLs it removed.
+    pub async fn delete_acls(&self, filters: &[AclFilter]) -> Result<Vec<Result<Vec<Acl>>>> {
+        let message = codec::encode(|fbb| {
+            let items: Vec<_> = filters.iter().map(|f| acl::encode_filter(fbb, f)).collect();
+            let filters = Some(fbb.create_vector(&items));
+            wire::DeleteAclsRequest::create(fbb, &wire::DeleteAclsRequestArgs { filters })
+        });
+        let frame = self.core.call_any(ApiKey::DeleteAcls, message).await?;
+        let response = flatbuffers::root::<wire::DeleteAclsResponse>(&frame.message)
+            .map_err(|e| codec::invalid_message("DeleteAclsResponse", e))?;
+        check_code(
+            response.error_code(),
+            response.error_message().map(str::to_string),
+        )?;
+        let results: Vec<_> = response.filter_results().into_iter().flatten().collect();
+        if results.len() != filters.len() {
+            return Err(ClientError::Protocol(format!(
+                "DeleteAcls: {} results for {} filters",
+                results.len(),
+                filters.len()
+            )));
+        }
+        Ok(results
+            .iter()
+            .map(|r| {
+                check_code(r.error_code(), r.error_message().map(str::to_string))?;
+                decode_acls(r.matching_acls())
+            })
+            .collect())
+    }
+
     fn timeout_ms(&self) -> i32 {
         i32::try_from(self.core.config.request_timeout_ms).unwrap_or(i32::MAX)
     }
@@ -443,6 +517,20 @@ fn topic_results(
                 name: name.clone(),
                 result,
             }
+        })
+        .collect()
+}
+
+type Bindings<'a> =
+    Option<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<wire::AclBinding<'a>>>>;
+
+fn decode_acls(bindings: Bindings<'_>) -> Result<Vec<Acl>> {
+    bindings
+        .into_iter()
+        .flatten()
+        .map(|b| {
+            acl::decode_acl(&b)
+                .map_err(|e| ClientError::Protocol(format!("an ACL from the broker: {e}")))
         })
         .collect()
 }

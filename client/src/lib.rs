@@ -61,4 +61,5 @@ pub use types::{
 };
 
 /// The wire error codes ([`ClientError::Broker`] carries one).
+pub use borges_protocol::acl;
 pub use borges_protocol::ErrorCode;

@@ -10,6 +10,10 @@
 
 use std::fmt;
 
+use flatbuffers::WIPOffset;
+
+use crate::wire;
+
 /// The only name of the cluster resource (Kafka's).
 pub const CLUSTER_NAME: &str = "kafka-cluster";
 
@@ -24,6 +28,12 @@ pub const PRINCIPAL_SIZE_BYTES_MAX: usize = 1024;
 
 /// Longest resource name or prefix, in bytes.
 pub const RESOURCE_NAME_SIZE_BYTES_MAX: usize = 1024;
+
+/// Most ACLs one CreateAcls request may carry.
+pub const CREATIONS_PER_REQUEST_MAX: usize = 1000;
+
+/// Most filters one DeleteAcls request may carry.
+pub const FILTERS_PER_REQUEST_MAX: usize = 100;
 
 macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $( $(#[$vdoc:meta])* $variant:ident = $code:literal, )* }) => {
@@ -309,6 +319,71 @@ pub fn filter_field<T>(
         .ok_or_else(|| AclError(format!("unknown {what} {code}")))
 }
 
+type Builder<'b> = flatbuffers::FlatBufferBuilder<'b>;
+
+/// Encodes an ACL as the wire's `AclBinding`.
+pub fn encode_acl<'b>(fbb: &mut Builder<'b>, acl: &Acl) -> WIPOffset<wire::AclBinding<'b>> {
+    let principal = fbb.create_string(&acl.principal);
+    let resource_name = fbb.create_string(&acl.resource_name);
+    wire::AclBinding::create(
+        fbb,
+        &wire::AclBindingArgs {
+            principal: Some(principal),
+            resource_type: acl.resource_type.code(),
+            resource_name: Some(resource_name),
+            pattern_type: acl.pattern.code(),
+            operation: acl.operation.code(),
+            permission: acl.permission.code(),
+        },
+    )
+}
+
+/// Decodes and validates a wire `AclBinding`.
+pub fn decode_acl(b: &wire::AclBinding<'_>) -> Result<Acl, AclError> {
+    fn known<T>(code: i8, decode: fn(i8) -> Option<T>, what: &str) -> Result<T, AclError> {
+        decode(code).ok_or_else(|| AclError(format!("unknown {what} {code}")))
+    }
+    let acl = Acl {
+        principal: b.principal().to_string(),
+        resource_type: known(b.resource_type(), ResourceType::from_code, "resource type")?,
+        resource_name: b.resource_name().to_string(),
+        pattern: known(b.pattern_type(), PatternType::from_code, "pattern type")?,
+        operation: known(b.operation(), Operation::from_code, "operation")?,
+        permission: known(b.permission(), Permission::from_code, "permission")?,
+    };
+    acl.validate()?;
+    Ok(acl)
+}
+
+/// Encodes a filter as the wire's `AclFilter` (`None` fields as "any").
+pub fn encode_filter<'b>(fbb: &mut Builder<'b>, f: &AclFilter) -> WIPOffset<wire::AclFilter<'b>> {
+    let principal = f.principal.as_deref().map(|p| fbb.create_string(p));
+    let resource_name = f.resource_name.as_deref().map(|n| fbb.create_string(n));
+    wire::AclFilter::create(
+        fbb,
+        &wire::AclFilterArgs {
+            principal,
+            resource_type: f.resource_type.map_or(ANY_CODE, ResourceType::code),
+            resource_name,
+            pattern_type: f.pattern.map_or(ANY_CODE, PatternType::code),
+            operation: f.operation.map_or(ANY_CODE, Operation::code),
+            permission: f.permission.map_or(ANY_CODE, Permission::code),
+        },
+    )
+}
+
+/// Decodes a wire `AclFilter`.
+pub fn decode_filter(f: &wire::AclFilter<'_>) -> Result<AclFilter, AclError> {
+    Ok(AclFilter {
+        principal: f.principal().map(str::to_string),
+        resource_type: filter_field(f.resource_type(), ResourceType::from_code, "resource type")?,
+        resource_name: f.resource_name().map(str::to_string),
+        pattern: filter_field(f.pattern_type(), PatternType::from_code, "pattern type")?,
+        operation: filter_field(f.operation(), Operation::from_code, "operation")?,
+        permission: filter_field(f.permission(), Permission::from_code, "permission")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,6 +482,54 @@ mod tests {
         assert!(acl("User:a", c, CLUSTER_NAME, PatternType::Literal)
             .validate()
             .is_ok());
+    }
+
+    #[test]
+    fn acls_and_filters_round_trip_the_wire() {
+        let a = Acl {
+            operation: Operation::IdempotentWrite,
+            permission: Permission::Deny,
+            ..acl(
+                "User:CN=x,O=y",
+                ResourceType::Group,
+                "g.",
+                PatternType::Prefixed,
+            )
+        };
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let b = encode_acl(&mut fbb, &a);
+        fbb.finish(b, None);
+        let read = flatbuffers::root::<wire::AclBinding>(fbb.finished_data()).unwrap();
+        assert_eq!(decode_acl(&read).unwrap(), a);
+        let f = AclFilter {
+            principal: Some("User:a".into()),
+            operation: Some(Operation::Read),
+            ..AclFilter::default()
+        };
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let b = encode_filter(&mut fbb, &f);
+        fbb.finish(b, None);
+        let read = flatbuffers::root::<wire::AclFilter>(fbb.finished_data()).unwrap();
+        assert_eq!(decode_filter(&read).unwrap(), f);
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let principal = fbb.create_string("User:a");
+        let resource_name = fbb.create_string("t");
+        let b = wire::AclBinding::create(
+            &mut fbb,
+            &wire::AclBindingArgs {
+                principal: Some(principal),
+                resource_name: Some(resource_name),
+                resource_type: 2,
+                operation: 1,
+                ..Default::default()
+            },
+        );
+        fbb.finish(b, None);
+        let read = flatbuffers::root::<wire::AclBinding>(fbb.finished_data()).unwrap();
+        assert!(
+            decode_acl(&read).is_err(),
+            "\"any\" is no operation of an ACL"
+        );
     }
 
     #[test]

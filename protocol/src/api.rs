@@ -97,6 +97,12 @@ api_keys! {
     SaslHandshake = 19, versions = 0..=0, served = true;
     /// SASL: one round of the mechanism's exchange (SCRAM: two rounds).
     SaslAuthenticate = 20, versions = 0..=0, served = true;
+    /// Add ACLs (Alter on the cluster).
+    CreateAcls = 21, versions = 0..=0, served = true;
+    /// List ACLs matching a filter (Describe on the cluster).
+    DescribeAcls = 22, versions = 0..=0, served = true;
+    /// Remove ACLs matching filters (Alter on the cluster).
+    DeleteAcls = 23, versions = 0..=0, served = true;
 }
 
 impl std::fmt::Display for ApiKey {

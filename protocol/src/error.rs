@@ -166,6 +166,14 @@ error_codes! {
     /// SASL authentication failed: unknown user or wrong password (the broker does not say
     /// which), a malformed or replayed exchange; the message says what it may.
     SaslAuthenticationFailed = 52, retriable = false, "SASL authentication failed";
+    /// The principal may not do this to a topic (no ACL allows it, or one denies it); nothing
+    /// was changed. The message names the topic and the operation.
+    TopicAuthorizationFailed = 53, retriable = false, "topic authorization failed";
+    /// The principal may not do this to a consumer group; nothing was changed.
+    GroupAuthorizationFailed = 54, retriable = false, "group authorization failed";
+    /// The principal may not do this to the cluster (ACL management, broker configs, replica
+    /// fetches, idempotent producers); nothing was changed.
+    ClusterAuthorizationFailed = 55, retriable = false, "cluster authorization failed";
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -151,6 +151,9 @@ api_roots! {
     InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
     SaslHandshake => SaslHandshakeRequest, SaslHandshakeResponse;
     SaslAuthenticate => SaslAuthenticateRequest, SaslAuthenticateResponse;
+    CreateAcls => CreateAclsRequest, CreateAclsResponse;
+    DescribeAcls => DescribeAclsRequest, DescribeAclsResponse;
+    DeleteAcls => DeleteAclsRequest, DeleteAclsResponse;
 }
 
 /// A [`wire::PayloadRange`] for `length` bytes at `offset` in the payload region, checked to fit

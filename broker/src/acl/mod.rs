@@ -10,7 +10,9 @@
 //! - [`check`]: which operation on which resources each API needs, checked on the connection's
 //!   core before a request is dispatched or forwarded.
 
+pub mod check;
 pub mod file;
+pub mod store;
 
 use borges_protocol::acl::{Acl, Operation, Permission, ResourceType, CLUSTER_NAME};
 

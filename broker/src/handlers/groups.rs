@@ -22,7 +22,7 @@ pub async fn handle(
     shard: Rc<Shard>,
     api: ApiKey,
     frame: Frame,
-    peer: Rc<str>,
+    (peer, principal): (Rc<str>, Rc<str>),
 ) -> Option<w::Response> {
     let header = frame.header;
     let mut fbb = FlatBufferBuilder::with_capacity(512);
@@ -31,7 +31,7 @@ pub async fn handle(
         ApiKey::ConsumerGroupHeartbeat => heartbeat(&shard, &frame, &peer, &mut fbb).await,
         ApiKey::OffsetCommit => offset_commit(&shard, &frame, &mut fbb).await,
         ApiKey::OffsetFetch => offset_fetch(&shard, &frame, &mut fbb).await,
-        ApiKey::ListGroups => list_groups(&shard, &frame, &mut fbb).await,
+        ApiKey::ListGroups => list_groups(&shard, &frame, &principal, &mut fbb).await,
         ApiKey::DescribeGroups => describe_groups(&shard, &frame, &mut fbb).await,
         _ => delete_groups(&shard, &frame, &mut fbb).await,
     };
@@ -447,6 +447,7 @@ async fn offset_fetch(
 async fn list_groups(
     shard: &Rc<Shard>,
     frame: &Frame,
+    principal: &str,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
     let filter: Vec<String> = {
@@ -463,8 +464,10 @@ async fn list_groups(
             all.extend(v);
         }
     }
-    all.retain(|(_, state)| {
-        filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(state))
+    let authorizer = shard.authorizer();
+    all.retain(|(group, state)| {
+        (filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(state)))
+            && crate::acl::check::may_describe_group(&authorizer, principal, group)
     });
     all.sort();
     let items: Vec<_> = all

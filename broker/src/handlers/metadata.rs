@@ -6,6 +6,7 @@ use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
+use crate::acl::check as acl_check;
 use crate::failure::Failure;
 use crate::metadata::{BrokerState, MetadataImage, TopicRecord, NO_LEADER};
 use crate::shard::Shard;
@@ -73,6 +74,29 @@ fn unknown_topic<'a>(
     )
 }
 
+/// The metadata of a topic the principal may not describe: `TopicAuthorizationFailed`
+/// whether it exists or not (nothing said about it).
+fn unauthorized_topic<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    name: &str,
+) -> flatbuffers::WIPOffset<wire::TopicMetadata<'a>> {
+    let failure = Failure::new(
+        ErrorCode::TopicAuthorizationFailed,
+        format!("not authorized to Describe topic {name:?}"),
+    );
+    let n = fbb.create_string(name);
+    let m = w::message(fbb, Some(&failure));
+    wire::TopicMetadata::create(
+        fbb,
+        &wire::TopicMetadataArgs {
+            name: Some(n),
+            error_code: failure.code as u16,
+            error_message: m,
+            ..Default::default()
+        },
+    )
+}
+
 /// The host clients should use for this broker.
 pub fn advertised_host(shard: &Shard) -> String {
     if let Some(h) = &shard.config().advertised_host {
@@ -93,7 +117,7 @@ pub fn advertised_host(shard: &Shard) -> String {
 }
 
 /// Serves Metadata.
-pub async fn metadata(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
+pub async fn metadata(shard: Rc<Shard>, frame: Frame, principal: Rc<str>) -> Option<w::Response> {
     let header = frame.header;
     let requested: Result<Option<Vec<String>>, Failure> =
         w::verify::<wire::MetadataRequest>(&frame.message).map(|req| {
@@ -140,16 +164,19 @@ pub async fn metadata(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     };
     let brokers = fbb.create_vector(&brokers);
     let single = cluster.is_none().then_some(broker_id);
+    let authorizer = shard.authorizer();
+    let may_describe = |name: &str| acl_check::may_describe_topic(&authorizer, &principal, name);
     let mut topics = Vec::new();
     match requested {
         None => {
-            for t in image.topics.values() {
+            for t in image.topics.values().filter(|t| may_describe(&t.name)) {
                 topics.push(topic(&mut fbb, t, single));
             }
         }
         Some(names) => {
             for name in names {
                 match image.topics.get(&name) {
+                    _ if !may_describe(&name) => topics.push(unauthorized_topic(&mut fbb, &name)),
                     Some(t) => topics.push(topic(&mut fbb, t, single)),
                     None => topics.push(unknown_topic(&mut fbb, &name)),
                 }

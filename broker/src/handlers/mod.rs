@@ -4,6 +4,7 @@
 //! completes it. Handlers parse the verified flatbuffers message into owned values first, so the
 //! completion future holds no borrow of the frame.
 
+pub mod acls;
 pub mod admin;
 pub mod epochs;
 pub mod fetch;
@@ -31,14 +32,28 @@ pub fn served(api: ApiKey) -> bool {
     api.is_served()
 }
 
+/// Who sent a request: the peer's host and the connection's principal.
+pub struct Requester<'a> {
+    /// The peer's host.
+    pub peer: &'a Rc<str>,
+    /// `User:NAME` (SASL), `User:SUBJECT` (mTLS) or `User:ANONYMOUS`.
+    pub principal: &'a Rc<str>,
+}
+
 /// Runs the ordered phase of a request and returns its completion.
-pub async fn handle(shard: &Rc<Shard>, api: ApiKey, frame: Frame, peer: &Rc<str>) -> Completion {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    api: ApiKey,
+    frame: Frame,
+    from: Requester<'_>,
+) -> Completion {
+    let (peer, principal) = (from.peer, from.principal);
     match api {
         ApiKey::Produce => produce::handle(shard, frame).await,
         ApiKey::Fetch => Box::pin(fetch::handle(shard.clone(), frame)),
         ApiKey::ListOffsets => Box::pin(offsets::handle(shard.clone(), frame)),
         ApiKey::ApiVersions => Box::pin(metadata::api_versions(shard.clone(), frame)),
-        ApiKey::Metadata => Box::pin(metadata::metadata(shard.clone(), frame)),
+        ApiKey::Metadata => Box::pin(metadata::metadata(shard.clone(), frame, principal.clone())),
         ApiKey::DescribeConfigs => Box::pin(admin::describe_configs(shard.clone(), frame)),
         ApiKey::CreateTopics
         | ApiKey::DeleteTopics
@@ -52,9 +67,15 @@ pub async fn handle(shard: &Rc<Shard>, api: ApiKey, frame: Frame, peer: &Rc<str>
         | ApiKey::OffsetFetch
         | ApiKey::ListGroups
         | ApiKey::DescribeGroups
-        | ApiKey::DeleteGroups => Box::pin(groups::handle(shard.clone(), api, frame, peer.clone())),
+        | ApiKey::DeleteGroups => {
+            let from = (peer.clone(), principal.clone());
+            Box::pin(groups::handle(shard.clone(), api, frame, from))
+        }
         ApiKey::InitProducerId => Box::pin(producer::init_producer_id(shard.clone(), frame)),
         ApiKey::OffsetForLeaderEpoch => Box::pin(epochs::handle(shard.clone(), frame)),
+        ApiKey::CreateAcls => Box::pin(acls::create(shard.clone(), frame)),
+        ApiKey::DescribeAcls => Box::pin(acls::describe(shard.clone(), frame)),
+        ApiKey::DeleteAcls => Box::pin(acls::delete(shard.clone(), frame)),
         // With SASL on, the connection's authenticator answers these before dispatch.
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
             let response = crate::sasl::not_enabled(&frame.header);

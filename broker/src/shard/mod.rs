@@ -8,6 +8,7 @@
 //! that span cores (produce, fetch, list offsets, group and controller requests), so handlers
 //! only decode, call the shard, and encode.
 
+mod acls;
 mod cleaner;
 mod observe;
 mod route;
@@ -54,6 +55,8 @@ pub enum ShardMessage {
     Controller(ControllerRequest),
     /// Start-up, metrics and shutdown steps.
     Lifecycle(LifecycleMessage),
+    /// ACL changes (for core 0) and new ACLs to install (for every core).
+    Acl(crate::acl::store::AclMessage),
 }
 
 /// Everything one core owns. Lives on one core; other cores reach it only by message.
@@ -73,6 +76,12 @@ pub struct Shard {
     tls: std::cell::RefCell<Option<Arc<borges_runtime::tls::TlsContext>>>,
     /// The process's SASL settings and credentials, when `[sasl]` is on.
     sasl: std::cell::RefCell<Option<Arc<crate::sasl::Sasl>>>,
+    /// This core's copy of the ACLs and the `[security]` settings (`acls.rs`).
+    authorizer: std::cell::RefCell<Rc<crate::acl::Authorizer>>,
+    /// Core 0: an ACL change is running (they run one at a time).
+    acl_changing: std::cell::Cell<bool>,
+    /// Core 0: notified when an ACL change ends.
+    acl_changed: borges_runtime::sync::Notify,
 }
 
 impl Shard {
@@ -100,6 +109,7 @@ impl Shard {
             partitions.clone(),
             lifecycle.clone(),
         ));
+        let authorizer = Rc::new(crate::acl::Authorizer::new(&config.security, Vec::new()));
         Rc::new(Shard {
             id,
             mesh: Mesh::new(id, cores, config.limits.cross_core_queue_depth_max),
@@ -113,6 +123,9 @@ impl Shard {
             cluster: std::cell::RefCell::new(None),
             tls: std::cell::RefCell::new(None),
             sasl: std::cell::RefCell::new(None),
+            authorizer: std::cell::RefCell::new(authorizer),
+            acl_changing: std::cell::Cell::new(false),
+            acl_changed: borges_runtime::sync::Notify::default(),
         })
     }
 
@@ -261,6 +274,7 @@ impl Shard {
                 task::spawn(async move { shard.run_controller(request).await }).detach();
             }
             ShardMessage::Lifecycle(msg) => self.execute_lifecycle(msg).await,
+            ShardMessage::Acl(msg) => self.execute_acl(msg).await,
         }
     }
 

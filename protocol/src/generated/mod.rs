@@ -196,5 +196,25 @@ pub mod borges {
     pub use self::sasl_authenticate_request_generated::*;
     mod sasl_authenticate_response_generated;
     pub use self::sasl_authenticate_response_generated::*;
+    mod acl_binding_generated;
+    pub use self::acl_binding_generated::*;
+    mod create_acls_request_generated;
+    pub use self::create_acls_request_generated::*;
+    mod acl_creation_result_generated;
+    pub use self::acl_creation_result_generated::*;
+    mod create_acls_response_generated;
+    pub use self::create_acls_response_generated::*;
+    mod acl_filter_generated;
+    pub use self::acl_filter_generated::*;
+    mod describe_acls_request_generated;
+    pub use self::describe_acls_request_generated::*;
+    mod describe_acls_response_generated;
+    pub use self::describe_acls_response_generated::*;
+    mod delete_acls_request_generated;
+    pub use self::delete_acls_request_generated::*;
+    mod delete_acls_filter_result_generated;
+    pub use self::delete_acls_filter_result_generated::*;
+    mod delete_acls_response_generated;
+    pub use self::delete_acls_response_generated::*;
   } // wire
 } // borges

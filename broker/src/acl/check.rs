@@ -1,0 +1,229 @@
+//! What each API needs (docs/operations.md, "ACLs"), checked on the connection's core after
+//! the request's message verified and before it is dispatched or forwarded, so a refused
+//! request changes nothing. A refusal answers the whole request with an `ErrorResponse`
+//! carrying `TopicAuthorizationFailed`, `GroupAuthorizationFailed` or
+//! `ClusterAuthorizationFailed` for the first resource refused (Kafka answers per resource;
+//! Borges refuses the request). Metadata and ListGroups are not refused: their handlers leave
+//! out what the principal may not describe ([`may_describe_topic`], [`may_describe_group`]).
+
+use borges_protocol::acl::{Operation, ResourceType};
+use borges_protocol::{wire as m, ApiKey, ErrorCode};
+
+use super::Authorizer;
+use crate::failure::Failure;
+use crate::wire;
+
+/// One permission a request needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Need<'a> {
+    /// An operation on a topic.
+    Topic(Operation, &'a str),
+    /// An operation on a group.
+    Group(Operation, &'a str),
+    /// An operation on the cluster.
+    Cluster(Operation),
+    /// CreateTopics: Create on the cluster or on the topic.
+    CreateTopic(&'a str),
+    /// InitProducerId: IdempotentWrite on the cluster or Write on some topic.
+    ProducerId,
+}
+
+/// Checks a verified request of `api` from `principal`; `Err` is the refusal to answer.
+pub fn request(
+    authorizer: &Authorizer,
+    principal: &str,
+    api: ApiKey,
+    message: &[u8],
+) -> Result<(), Failure> {
+    if !authorizer.enabled() || authorizer.is_super_user(principal) {
+        return Ok(());
+    }
+    for need in needs(api, message)? {
+        allowed(authorizer, principal, &need)?;
+    }
+    Ok(())
+}
+
+/// Whether `principal` may see topic `name` in Metadata.
+pub fn may_describe_topic(authorizer: &Authorizer, principal: &str, name: &str) -> bool {
+    authorizer.authorize(principal, Operation::Describe, ResourceType::Topic, name)
+}
+
+/// Whether `principal` may see group `id` in ListGroups (Describe on the group, or on the
+/// cluster).
+pub fn may_describe_group(authorizer: &Authorizer, principal: &str, id: &str) -> bool {
+    authorizer.authorize(principal, Operation::Describe, ResourceType::Group, id)
+        || authorizer.authorize_cluster(principal, Operation::Describe)
+}
+
+fn refused(code: ErrorCode, principal: &str, what: String) -> Failure {
+    Failure::new(
+        code,
+        format!("{principal} is not authorized to {what} (no ACL allows it, or one denies it)"),
+    )
+}
+
+/// `Ok` when `principal` has `need`, else the refusal.
+pub fn allowed(authorizer: &Authorizer, principal: &str, need: &Need<'_>) -> Result<(), Failure> {
+    let a = authorizer;
+    let (ok, code, what) = match *need {
+        Need::Topic(op, name) => (
+            a.authorize(principal, op, ResourceType::Topic, name),
+            ErrorCode::TopicAuthorizationFailed,
+            format!("{op} topic {name:?}"),
+        ),
+        Need::Group(op, id) => (
+            a.authorize(principal, op, ResourceType::Group, id),
+            ErrorCode::GroupAuthorizationFailed,
+            format!("{op} group {id:?}"),
+        ),
+        Need::Cluster(op) => (
+            a.authorize_cluster(principal, op),
+            ErrorCode::ClusterAuthorizationFailed,
+            format!("{op} the cluster"),
+        ),
+        Need::CreateTopic(name) => (
+            a.authorize_cluster(principal, Operation::Create)
+                || a.authorize(principal, Operation::Create, ResourceType::Topic, name),
+            ErrorCode::TopicAuthorizationFailed,
+            format!("Create topic {name:?}"),
+        ),
+        Need::ProducerId => (
+            a.authorize_cluster(principal, Operation::IdempotentWrite)
+                || a.authorize_any(principal, Operation::Write, ResourceType::Topic),
+            ErrorCode::ClusterAuthorizationFailed,
+            "IdempotentWrite the cluster (or Write some topic)".to_string(),
+        ),
+    };
+    match ok {
+        true => Ok(()),
+        false => Err(refused(code, principal, what)),
+    }
+}
+
+type Strings<'a> = Option<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<&'a str>>>;
+
+fn names<'a>(v: Strings<'a>, each: impl Fn(&'a str) -> Need<'a>) -> Vec<Need<'a>> {
+    v.into_iter().flatten().map(each).collect()
+}
+
+/// The permissions a verified request of `api` needs, in request order.
+pub fn needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
+    use Operation::*;
+    Ok(match api {
+        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => Vec::new(),
+        ApiKey::Metadata | ApiKey::ListGroups => Vec::new(),
+        ApiKey::Produce => {
+            let r = wire::verify::<m::ProduceRequest>(message)?;
+            let t = r.topics().into_iter().flatten();
+            t.map(|t| Need::Topic(Write, t.name())).collect()
+        }
+        ApiKey::Fetch => {
+            let r = wire::verify::<m::FetchRequest>(message)?;
+            if r.replica_id() >= 0 {
+                return Ok(vec![Need::Cluster(ClusterAction)]);
+            }
+            let t = r.topics().into_iter().flatten();
+            t.map(|t| Need::Topic(Read, t.name())).collect()
+        }
+        ApiKey::ListOffsets => {
+            let r = wire::verify::<m::ListOffsetsRequest>(message)?;
+            let t = r.topics().into_iter().flatten();
+            t.map(|t| Need::Topic(Describe, t.name())).collect()
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let r = wire::verify::<m::OffsetForLeaderEpochRequest>(message)?;
+            if r.replica_id() >= 0 {
+                return Ok(vec![Need::Cluster(ClusterAction)]);
+            }
+            let t = r.topics().into_iter().flatten();
+            t.map(|t| Need::Topic(Describe, t.name())).collect()
+        }
+        ApiKey::InitProducerId => vec![Need::ProducerId],
+        _ => return admin_needs(api, message),
+    })
+}
+
+fn admin_needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
+    use Operation::*;
+    Ok(match api {
+        ApiKey::CreateTopics => {
+            let r = wire::verify::<m::CreateTopicsRequest>(message)?;
+            let t = r.topics().into_iter().flatten();
+            t.map(|t| Need::CreateTopic(t.name())).collect()
+        }
+        ApiKey::DeleteTopics => {
+            let r = wire::verify::<m::DeleteTopicsRequest>(message)?;
+            names(r.topic_names(), |n| Need::Topic(Delete, n))
+        }
+        ApiKey::CreatePartitions => {
+            let r = wire::verify::<m::CreatePartitionsRequest>(message)?;
+            let t = r.topics().into_iter().flatten();
+            t.map(|t| Need::Topic(Alter, t.name())).collect()
+        }
+        ApiKey::DescribeConfigs => {
+            let r = wire::verify::<m::DescribeConfigsRequest>(message)?;
+            let each = r.resources().into_iter().flatten();
+            each.map(|c| config_need(DescribeConfigs, c.resource_type(), c.resource_name()))
+                .collect()
+        }
+        ApiKey::AlterConfigs => {
+            let r = wire::verify::<m::AlterConfigsRequest>(message)?;
+            let each = r.resources().into_iter().flatten();
+            each.map(|c| config_need(AlterConfigs, c.resource_type(), c.resource_name()))
+                .collect()
+        }
+        _ => return group_needs(api, message),
+    })
+}
+
+fn config_need(op: Operation, kind: m::ConfigResourceType, name: &str) -> Need<'_> {
+    match kind {
+        m::ConfigResourceType::Topic => Need::Topic(op, name),
+        _ => Need::Cluster(op),
+    }
+}
+
+fn group_needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
+    use Operation::*;
+    Ok(match api {
+        ApiKey::FindCoordinator => {
+            let r = wire::verify::<m::FindCoordinatorRequest>(message)?;
+            names(r.keys(), |g| Need::Group(Describe, g))
+        }
+        ApiKey::DescribeGroups => {
+            let r = wire::verify::<m::DescribeGroupsRequest>(message)?;
+            names(r.group_ids(), |g| Need::Group(Describe, g))
+        }
+        ApiKey::DeleteGroups => {
+            let r = wire::verify::<m::DeleteGroupsRequest>(message)?;
+            names(r.group_ids(), |g| Need::Group(Delete, g))
+        }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let r = wire::verify::<m::ConsumerGroupHeartbeatRequest>(message)?;
+            vec![Need::Group(Read, r.group_id())]
+        }
+        ApiKey::OffsetCommit => {
+            let r = wire::verify::<m::OffsetCommitRequest>(message)?;
+            let mut needs = vec![Need::Group(Read, r.group_id())];
+            let t = r.topics().into_iter().flatten();
+            needs.extend(t.map(|t| Need::Topic(Read, t.name())));
+            needs
+        }
+        ApiKey::OffsetFetch => {
+            let r = wire::verify::<m::OffsetFetchRequest>(message)?;
+            vec![Need::Group(Describe, r.group_id())]
+        }
+        _ => return Ok(acl_needs(api)),
+    })
+}
+
+/// ACL management: Describe on the cluster to list, Alter to change.
+fn acl_needs(api: ApiKey) -> Vec<Need<'static>> {
+    match api {
+        ApiKey::DescribeAcls => vec![Need::Cluster(Operation::Describe)],
+        ApiKey::CreateAcls | ApiKey::DeleteAcls => vec![Need::Cluster(Operation::Alter)],
+        // Every API is named above; a new one is refused until it is named.
+        _ => vec![Need::Cluster(Operation::All)],
+    }
+}

@@ -1,0 +1,438 @@
+//! ACLs against real broker processes (issue 20 item 3): SASL users, `[security]
+//! authorizer_enabled` with `User:admin` a super user. A principal without ACLs gets its
+//! authorization error from every API and nothing changes; Metadata and ListGroups leave out
+//! what it may not describe; a prefixed allow; a deny beating an allow; Fetch and Produce
+//! refused on their own permission (Describe is not Read); the CLI add/list/remove round trip;
+//! ACLs kept across a restart.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use borges_client::acl::{Acl, AclFilter, Operation, PatternType, Permission, ResourceType};
+use borges_client::{
+    Admin, AlterConfig, ClientConfig, ClientError, Consumer, ConsumerConfig, ErrorCode, NewTopic,
+    OffsetReset, OffsetSpec, Producer, ProducerConfig, ProducerRecord, SaslConfig, TopicPartition,
+};
+use borges_testkit::{borges_bin, BrokerOptions, BrokerProcess};
+
+const CONFIG: &str = "[sasl]\nmechanisms = [\"SCRAM-SHA-256\"]\n\n[security]\n\
+                      authorizer_enabled = true\nsuper_users = [\"User:admin\"]\n";
+
+const USERS: &[&str] = &["admin", "alice", "bob", "carol"];
+
+fn password(name: &str) -> String {
+    format!("pw-{name}")
+}
+
+fn acl_broker() -> BrokerProcess {
+    let broker = BrokerProcess::start_with(BrokerOptions {
+        config_toml: Some(CONFIG.into()),
+        ..BrokerOptions::default()
+    });
+    for name in USERS {
+        let mut child = std::process::Command::new(borges_bin())
+            .args(["user", "create", name, "--password-stdin", "--data-dir"])
+            .arg(broker.data_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run borges user");
+        let mut input = child.stdin.take().unwrap();
+        input
+            .write_all(format!("{}\n", password(name)).as_bytes())
+            .unwrap();
+        drop(input);
+        assert!(child.wait().unwrap().success());
+    }
+    broker
+}
+
+fn config(broker: &BrokerProcess, user: &str) -> ClientConfig {
+    let sasl = SaslConfig::scram("SCRAM-SHA-256", user, &password(user)).unwrap();
+    ClientConfig::new(&broker.bootstrap())
+        .request_timeout_ms(10_000)
+        .sasl(Some(sasl))
+}
+
+/// The broker's error code inside `e` (also behind NoBrokerAvailable).
+fn code_of(e: &ClientError) -> Option<ErrorCode> {
+    match e {
+        ClientError::NoBrokerAvailable { last, .. } => code_of(last),
+        e => e.code(),
+    }
+}
+
+#[track_caller]
+fn refused<T: std::fmt::Debug>(what: &str, result: Result<T, ClientError>, code: ErrorCode) {
+    match result {
+        Err(e) => assert_eq!(code_of(&e), Some(code), "{what}: {e}"),
+        Ok(v) => panic!("{what}: allowed without an ACL: {v:?}"),
+    }
+}
+
+/// Admin for `user`, retried while the broker re-reads its credentials file.
+async fn admin(broker: &BrokerProcess, user: &str) -> Admin {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let attempt = async {
+            let a = Admin::new(config(broker, user)).await?;
+            a.list_topics().await.map(|_| a)
+        };
+        match attempt.await {
+            Ok(a) => return a,
+            Err(e) if Instant::now() < deadline => eprintln!("not yet: {e}"),
+            Err(e) => panic!("{user} never authenticated: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn producer(broker: &BrokerProcess, user: &str, idempotent: bool) -> Producer {
+    let settings = ProducerConfig {
+        enable_idempotence: idempotent,
+        max_block_ms: 5_000,
+        ..ProducerConfig::default()
+    };
+    Producer::new(config(broker, user), settings).await.unwrap()
+}
+
+async fn produce(p: &Producer, topic: &str, value: &str) -> Result<(), ClientError> {
+    let record = ProducerRecord::new(topic).key("k").value(value.to_string());
+    p.send(record).await?.await.map(drop)
+}
+
+/// Reads partition 0 of `topic` from the start as `user`: the records' count.
+async fn consume(broker: &BrokerProcess, user: &str, topic: &str) -> Result<usize, ClientError> {
+    let settings = ConsumerConfig {
+        auto_offset_reset: OffsetReset::Earliest,
+        ..ConsumerConfig::default()
+    };
+    let mut c = Consumer::new(config(broker, user), settings).await?;
+    c.assign(vec![TopicPartition::new(topic, 0)]).await?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut n = 0;
+    while Instant::now() < deadline {
+        n += c.poll(Duration::from_millis(300)).await?.len();
+    }
+    Ok(n)
+}
+
+fn acl(principal: &str, op: Operation, name: &str, permission: Permission) -> Acl {
+    Acl {
+        principal: principal.into(),
+        resource_type: ResourceType::Topic,
+        resource_name: name.into(),
+        pattern: PatternType::Literal,
+        operation: op,
+        permission,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() {
+    let broker = acl_broker();
+    let admin = admin(&broker, "admin").await;
+    admin
+        .create_topics(vec![NewTopic::new("t", 2)])
+        .await
+        .unwrap();
+    let p = producer(&broker, "admin", true).await;
+    for i in 0..3 {
+        produce(&p, "t", &format!("v{i}")).await.unwrap();
+    }
+    let tp = TopicPartition::new("t", 0);
+    admin
+        .alter_group_offsets("g", &[(tp.clone(), 1)])
+        .await
+        .unwrap();
+    let before = state(&admin).await;
+    let bob = self::admin(&broker, "bob").await;
+    topics_refused(&broker, &bob).await;
+    groups_refused(&bob, &tp).await;
+    acls_refused(&bob).await;
+    assert_eq!(
+        state(&admin).await,
+        before,
+        "a refused request changed something"
+    );
+    assert!(!admin
+        .list_topics()
+        .await
+        .unwrap()
+        .contains(&"x".to_string()));
+}
+
+/// What the admin sees: topics, partition counts, end offsets, retention, group offsets, ACLs.
+async fn state(admin: &Admin) -> String {
+    let topics = admin.list_topics().await.unwrap();
+    let described = admin.describe_topics(&["t"]).await.unwrap();
+    let ends = admin
+        .list_offsets(vec![
+            (TopicPartition::new("t", 0), OffsetSpec::Latest),
+            (TopicPartition::new("t", 1), OffsetSpec::Latest),
+        ])
+        .await
+        .unwrap();
+    let ends: Vec<i64> = ends.iter().map(|o| o.offset).collect();
+    let retention = admin.describe_configs("t").await.unwrap();
+    let retention = retention
+        .iter()
+        .find(|c| c.name == "retention.ms")
+        .map(|c| &c.value);
+    let groups = admin.list_group_offsets("g").await.unwrap();
+    let acls = admin.describe_acls(&AclFilter::default()).await.unwrap();
+    let partitions = described[0].partitions.len();
+    format!("{topics:?} {partitions} {ends:?} {retention:?} {groups:?} {acls:?}")
+}
+
+async fn topics_refused(broker: &BrokerProcess, bob: &Admin) {
+    let topic = ErrorCode::TopicAuthorizationFailed;
+    refused(
+        "CreateTopics",
+        bob.create_topics(vec![NewTopic::new("x", 1)]).await,
+        topic,
+    );
+    refused("DeleteTopics", bob.delete_topics(&["t"]).await, topic);
+    refused(
+        "CreatePartitions",
+        bob.create_partitions("t", 4).await,
+        topic,
+    );
+    refused("DescribeConfigs", bob.describe_configs("t").await, topic);
+    let retention = vec![AlterConfig::set("retention.ms", "1000")];
+    refused(
+        "AlterConfigs",
+        bob.alter_configs("t", retention).await,
+        topic,
+    );
+    let latest = vec![(TopicPartition::new("t", 0), OffsetSpec::Latest)];
+    refused("ListOffsets", bob.list_offsets(latest).await, topic);
+    refused("Metadata of t", bob.describe_topics(&["t"]).await, topic);
+    let listed = bob.list_topics().await.unwrap();
+    assert!(
+        listed.is_empty(),
+        "Metadata lists what bob may not describe: {listed:?}"
+    );
+    let plain = producer(broker, "bob", false).await;
+    refused("Produce", produce(&plain, "t", "no").await, topic);
+    let cluster = ErrorCode::ClusterAuthorizationFailed;
+    let idempotent = Producer::new(
+        config(broker, "bob"),
+        ProducerConfig {
+            max_block_ms: 5_000,
+            ..ProducerConfig::default()
+        },
+    );
+    let sent = async { produce(&idempotent.await?, "t", "no").await };
+    refused("InitProducerId", sent.await, cluster);
+    refused("Fetch", consume(broker, "bob", "t").await, topic);
+}
+
+async fn groups_refused(bob: &Admin, tp: &TopicPartition) {
+    let group = ErrorCode::GroupAuthorizationFailed;
+    refused("FindCoordinator", bob.group_coordinator("g").await, group);
+    refused("OffsetFetch", bob.list_group_offsets("g").await, group);
+    refused(
+        "OffsetCommit",
+        bob.alter_group_offsets("g", &[(tp.clone(), 0)]).await,
+        group,
+    );
+    refused("DescribeGroups", bob.describe_groups(&["g"]).await, group);
+    refused("DeleteGroups", bob.delete_groups(&["g"]).await, group);
+    let listed = bob.list_groups().await.unwrap();
+    assert!(
+        listed.is_empty(),
+        "ListGroups lists what bob may not describe: {listed:?}"
+    );
+}
+
+async fn acls_refused(bob: &Admin) {
+    let cluster = ErrorCode::ClusterAuthorizationFailed;
+    let everything = acl("User:bob", Operation::All, "*", Permission::Allow);
+    refused("CreateAcls", bob.create_acls(&[everything]).await, cluster);
+    refused(
+        "DescribeAcls",
+        bob.describe_acls(&AclFilter::default()).await,
+        cluster,
+    );
+    let mine = AclFilter {
+        principal: Some("User:bob".into()),
+        ..AclFilter::default()
+    };
+    refused("DeleteAcls", bob.delete_acls(&[mine]).await, cluster);
+}
+
+fn password_file(dir: &Path, user: &str) -> PathBuf {
+    let path = dir.join(format!("{user}.password"));
+    std::fs::write(&path, format!("{}\n", password(user))).unwrap();
+    path
+}
+
+/// Runs `borges acl ARGS` as `user`; its standard output, or its standard error on failure.
+fn cli(broker: &BrokerProcess, user: &str, args: &[&str]) -> Result<String, String> {
+    let file = password_file(broker.data_dir(), user);
+    let file = file.to_string_lossy().into_owned();
+    let mut all = vec!["--sasl-mechanism", "SCRAM-SHA-256", "--sasl-username", user];
+    all.extend(["--sasl-password-file", &file, "acl"]);
+    all.extend(args);
+    let out = broker.run_cli(&all, "");
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+#[track_caller]
+fn ok(r: Result<String, String>) -> String {
+    r.unwrap_or_else(|e| panic!("borges acl: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefixes_allow_denies_win_and_the_cli_round_trips() {
+    let mut broker = acl_broker();
+    let admin = admin(&broker, "admin").await;
+    for t in ["app.data", "app.secret", "other"] {
+        admin
+            .create_topics(vec![NewTopic::new(t, 1)])
+            .await
+            .unwrap();
+    }
+    add_and_list(&broker);
+    alice_and_carol(&broker).await;
+    ok(cli(
+        &broker,
+        "admin",
+        &[
+            "remove",
+            "--deny-principal",
+            "User:alice",
+            "--operation",
+            "Write",
+            "--topic",
+            "app.secret",
+        ],
+    ));
+    let alice = producer(&broker, "alice", true).await;
+    produce(&alice, "app.secret", "now allowed")
+        .await
+        .expect("the deny was removed");
+    broker.restart();
+    let listed = ok(cli(
+        &broker,
+        "admin",
+        &[
+            "list",
+            "--topic",
+            "app.",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+    ));
+    assert!(
+        listed.contains("User:alice") && !listed.contains("DENY"),
+        "{listed}"
+    );
+}
+
+/// Adds alice's prefixed allow and her deny, carol's Describe, with the CLI; lists them.
+fn add_and_list(broker: &BrokerProcess) {
+    ok(cli(
+        broker,
+        "admin",
+        &[
+            "add",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "All",
+            "--topic",
+            "app.",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+    ));
+    ok(cli(
+        broker,
+        "admin",
+        &[
+            "add",
+            "--deny-principal",
+            "User:alice",
+            "--operation",
+            "Write",
+            "--topic",
+            "app.secret",
+        ],
+    ));
+    ok(cli(
+        broker,
+        "admin",
+        &[
+            "add",
+            "--allow-principal",
+            "User:carol",
+            "--operation",
+            "Describe",
+            "--topic",
+            "app.data",
+        ],
+    ));
+    let listed = ok(cli(broker, "admin", &["list"]));
+    for line in [
+        "ResourcePattern(resourceType=TOPIC, name=app., patternType=PREFIXED)",
+        "(principal=User:alice, host=*, operation=ALL, permissionType=ALLOW)",
+        "(principal=User:alice, host=*, operation=WRITE, permissionType=DENY)",
+        "(principal=User:carol, host=*, operation=DESCRIBE, permissionType=ALLOW)",
+    ] {
+        assert!(listed.contains(line), "{line} not in\n{listed}");
+    }
+    let refusal = cli(broker, "bob", &["list"]).expect_err("bob listed ACLs");
+    assert!(
+        refusal.contains("CLUSTER_AUTHORIZATION_FAILED") || refusal.contains("luster"),
+        "{refusal}"
+    );
+}
+
+async fn alice_and_carol(broker: &BrokerProcess) {
+    let topic = ErrorCode::TopicAuthorizationFailed;
+    let alice = producer(broker, "alice", true).await;
+    produce(&alice, "app.data", "allowed by the prefix")
+        .await
+        .expect("prefixed allow");
+    refused(
+        "Produce denied",
+        produce(&alice, "app.secret", "no").await,
+        topic,
+    );
+    assert_eq!(consume(broker, "alice", "app.data").await.unwrap(), 1);
+    assert_eq!(
+        consume(broker, "alice", "app.secret").await.unwrap(),
+        0,
+        "Read not denied"
+    );
+    let mut seen = self::admin(broker, "alice")
+        .await
+        .list_topics()
+        .await
+        .unwrap();
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["app.data", "app.secret"],
+        "Metadata filtered by Describe"
+    );
+    let carol = self::admin(broker, "carol").await;
+    assert_eq!(carol.list_topics().await.unwrap(), ["app.data"]);
+    refused(
+        "Fetch with Describe only",
+        consume(broker, "carol", "app.data").await,
+        topic,
+    );
+    let plain = producer(broker, "carol", false).await;
+    refused(
+        "Produce with Describe only",
+        produce(&plain, "app.data", "no").await,
+        topic,
+    );
+}
