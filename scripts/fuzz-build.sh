@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ (frame decoder, batch decoder, produce validation,
-# message verification).
+# message verification, SCRAM message parsing).
 #
 #   scripts/fuzz-build.sh            build every target (what CI runs)
 #   scripts/fuzz-build.sh run [SECS] build, then run each target for SECS seconds (default 60)
@@ -14,7 +14,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 CARGO_FUZZ_VERSION=0.13.2
-TARGETS=(frame_decoder batch_decoder produce_validate message_verify)
+TARGETS=(frame_decoder batch_decoder produce_validate message_verify scram_messages)
 TARGET_DIR="${FUZZ_TARGET_DIR:-$PWD/fuzz/target}"
 mode="${1:-build}"
 seconds="${2:-60}"
