@@ -3,7 +3,8 @@
 //! refusal a client can provoke: wrong password, unknown user, the other mechanism, no SASL, a
 //! request before authentication, an oversized or malformed handshake, a bad nonce, a replayed
 //! exchange, an authorization id that is not the username, too many failures. Each gets its
-//! typed error and the broker goes on serving others.
+//! typed error and the broker goes on serving others. A connection that never completes the
+//! exchange is closed after `sasl.authentication_timeout_ms`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -428,16 +429,20 @@ impl Raw {
     }
 }
 
+/// Waits until the broker has read the credentials file: a login as alice succeeds.
+fn wait_until_alice_logs_in(broker: &BrokerProcess) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Raw::connect(broker).login("alice", ALICE_PASSWORD).2 != ErrorCode::None {
+        assert!(Instant::now() < deadline, "alice never authenticated");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn raw_exchanges_that_break_the_rules_get_typed_errors_and_the_broker_keeps_serving() {
     let broker = sasl_broker();
     create_users(&broker);
-    // Wait until the broker has read the file: a login succeeds.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Raw::connect(&broker).login("alice", ALICE_PASSWORD).2 != ErrorCode::None {
-        assert!(Instant::now() < deadline, "alice never authenticated");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_alice_logs_in(&broker);
 
     before_authentication(&broker);
     malformed_and_out_of_sequence(&broker);
@@ -575,3 +580,99 @@ fn unknown_user_impersonation_and_the_others(broker: &BrokerProcess) {
 
 /// bob has only a SCRAM-SHA-512 credential: a SHA-256 login with his password fails.
 const BOB_PASSWORD_256_FALLBACK: &str = BOB_PASSWORD;
+
+/// `sasl.authentication_timeout_ms` of the timeout test.
+const AUTH_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long the timeout test waits for the broker to close a connection: well below the
+/// idle timeout (10 minutes) and the default authentication timeout (10 s).
+const CLOSE_WAIT_MAX: Duration = Duration::from_secs(8);
+
+/// Polls `streams` (every 10 ms, without reading their bytes' meaning) until the broker has
+/// closed each (end of stream or reset); returns when each was seen closed.
+fn seen_closed(streams: &mut [&mut TcpStream]) -> Vec<Instant> {
+    let start = Instant::now();
+    let mut closed: Vec<Option<Instant>> = vec![None; streams.len()];
+    for s in streams.iter() {
+        s.set_nonblocking(true).unwrap();
+    }
+    while closed.iter().any(Option::is_none) {
+        for (s, at) in streams.iter_mut().zip(&mut closed) {
+            let mut chunk = [0u8; 4096];
+            match s.read(&mut chunk) {
+                Ok(0) => *at = at.or(Some(Instant::now())),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => *at = at.or(Some(Instant::now())),
+            }
+        }
+        assert!(
+            start.elapsed() < CLOSE_WAIT_MAX,
+            "a connection that never authenticated is still open: {closed:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    closed.into_iter().flatten().collect()
+}
+
+/// With `sasl.authentication_timeout_ms` 1,500: a connection that sends nothing and one that
+/// stops after its client-first message are closed once the timeout has passed (not before),
+/// while another client logs in and is served; an authenticated connection idle for longer
+/// is not closed, and a new one authenticates after. Planted: `idle_limit` without the
+/// authentication deadline -> "a connection that never authenticated is still open".
+#[test]
+fn a_connection_that_never_authenticates_is_closed_after_the_timeout() {
+    let broker = BrokerProcess::start_with(BrokerOptions {
+        args: vec!["--sasl-enabled-mechanisms".into(), "SCRAM-SHA-256".into()],
+        config_toml: Some(format!(
+            "[sasl]\nauthentication_timeout_ms = {}\n",
+            AUTH_TIMEOUT.as_millis()
+        )),
+        ..BrokerOptions::default()
+    });
+    create_users(&broker);
+    wait_until_alice_logs_in(&broker);
+    let mut authenticated = Raw::connect(&broker);
+    assert_eq!(
+        authenticated.login("alice", ALICE_PASSWORD).2,
+        ErrorCode::None
+    );
+
+    let silent_since = Instant::now();
+    let mut silent = TcpStream::connect(broker.addr()).unwrap();
+    let stalled_since = Instant::now();
+    let mut stalled = Raw::connect(&broker);
+    assert_eq!(stalled.handshake("SCRAM-SHA-256").0, 0);
+    let mut scram = ScramClient::new(
+        Mechanism::ScramSha256,
+        "alice",
+        ALICE_PASSWORD.as_bytes(),
+        scram::random_nonce(),
+    );
+    let first = scram.client_first().unwrap();
+    assert_eq!(stalled.authenticate(&first).0, ErrorCode::None);
+    // Others are served while the two wait.
+    let mut other = Raw::connect(&broker);
+    assert_eq!(other.login("alice", ALICE_PASSWORD).2, ErrorCode::None);
+    assert_eq!(other.metadata(), None);
+
+    let closed = seen_closed(&mut [&mut silent, &mut stalled.stream]);
+    for (what, since, at) in [
+        ("silent", silent_since, closed[0]),
+        ("stalled", stalled_since, closed[1]),
+    ] {
+        let after = at - since;
+        eprintln!("the {what} connection was closed {after:?} after its connect");
+        assert!(
+            after + Duration::from_millis(100) >= AUTH_TIMEOUT,
+            "the {what} connection was closed after {after:?}, before the timeout"
+        );
+    }
+    assert_eq!(
+        authenticated.metadata(),
+        None,
+        "an authenticated connection was closed"
+    );
+    let mut later = Raw::connect(&broker);
+    assert_eq!(later.login("alice", ALICE_PASSWORD).2, ErrorCode::None);
+    assert_eq!(later.metadata(), None);
+}
