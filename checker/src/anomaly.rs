@@ -327,33 +327,7 @@ impl fmt::Display for Anomaly {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: ", self.name())?;
         match self {
-            Anomaly::Lost {
-                partition,
-                value,
-                offset,
-                writer,
-                acked,
-                missing_from_final,
-                passed_by,
-            } => {
-                write!(
-                    f,
-                    "partition {partition} value {value} offset {} by p{writer} acked {}",
-                    opt(offset),
-                    opt(acked)
-                )?;
-                if let Some(m) = missing_from_final {
-                    write!(
-                        f,
-                        ", missing from the final read by p{} of {}..{}",
-                        m.process, m.log_start, m.hw
-                    )?;
-                }
-                if let Some(p) = passed_by {
-                    write!(f, ", p{} read {}..={} without it", p.process, p.from, p.to)?;
-                }
-                Ok(())
-            }
+            Anomaly::Lost { .. } => fmt_lost(self, f),
             Anomaly::Duplicate {
                 partition,
                 value,
@@ -395,6 +369,39 @@ impl fmt::Display for Anomaly {
             | Anomaly::MetadataDivergence { .. } => fmt_cluster(self, f),
         }
     }
+}
+
+/// The `Lost` anomaly's details: where it was acknowledged, and which reads missed it.
+fn fmt_lost(anomaly: &Anomaly, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let Anomaly::Lost {
+        partition,
+        value,
+        offset,
+        writer,
+        acked,
+        missing_from_final,
+        passed_by,
+    } = anomaly
+    else {
+        unreachable!("routed by Anomaly's Display")
+    };
+    write!(
+        f,
+        "partition {partition} value {value} offset {} by p{writer} acked {}",
+        opt(offset),
+        opt(acked)
+    )?;
+    if let Some(m) = missing_from_final {
+        write!(
+            f,
+            ", missing from the final read by p{} of {}..{}",
+            m.process, m.log_start, m.hw
+        )?;
+    }
+    if let Some(p) = passed_by {
+        write!(f, ", p{} read {}..={} without it", p.process, p.from, p.to)?;
+    }
+    Ok(())
 }
 
 fn fmt_order(anomaly: &Anomaly, f: &mut fmt::Formatter<'_>) -> fmt::Result {

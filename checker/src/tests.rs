@@ -644,44 +644,69 @@ mod arbitrary {
     use super::*;
     use proptest::prelude::*;
 
+    fn partition() -> std::ops::Range<i32> {
+        0..3
+    }
+
+    fn offset() -> impl Strategy<Value = i64> + Clone {
+        prop_oneof![50 => 0..6i64, 1 => Just(-1i64), 1 => Just(i64::MAX)]
+    }
+
+    fn value() -> std::ops::Range<u64> {
+        0..40
+    }
+
+    fn id() -> std::ops::Range<u64> {
+        0..4
+    }
+
+    fn op() -> std::ops::Range<u64> {
+        0..40
+    }
+
+    /// Every kind of event, each of the eleven equally likely.
     fn kind() -> impl Strategy<Value = EventKind> {
-        let p = 0..3i32;
-        let o = prop_oneof![50 => 0..6i64, 1 => Just(-1i64), 1 => Just(i64::MAX)];
-        let v = 0..40u64;
-        let id = 0..4u64;
-        let op = 0..40u64;
+        prop_oneof![4 => send_kind(), 5 => read_kind(), 2 => fault_kind()]
+    }
+
+    fn send_kind() -> impl Strategy<Value = EventKind> {
         prop_oneof![
-            (id.clone(), id.clone(), p.clone(), v.clone()).prop_map(
-                |(process, op, partition, value)| {
-                    EventKind::SendInvoke {
-                        process,
-                        op,
-                        partition,
-                        value,
-                    }
+            (id(), id(), partition(), value()).prop_map(|(process, op, partition, value)| {
+                EventKind::SendInvoke {
+                    process,
+                    op,
+                    partition,
+                    value,
                 }
-            ),
-            (id.clone(), op.clone(), o.clone()).prop_map(|(process, op, offset)| {
+            }),
+            (id(), op(), offset()).prop_map(|(process, op, offset)| {
                 EventKind::SendOk {
                     process,
                     op,
                     offset,
                 }
             }),
-            (id.clone(), op.clone()).prop_map(|(process, op)| EventKind::SendFail {
+            (id(), op()).prop_map(|(process, op)| EventKind::SendFail {
                 process,
                 op,
                 error: "x".into()
             }),
-            (id.clone(), op).prop_map(|(process, op)| EventKind::SendInfo {
+            (id(), op()).prop_map(|(process, op)| EventKind::SendInfo {
                 process,
                 op,
                 error: "x".into()
             }),
+        ]
+    }
+
+    fn read_kind() -> impl Strategy<Value = EventKind> {
+        let records = proptest::collection::vec((partition(), offset(), value()), 0..4);
+        let final_records = proptest::collection::vec((offset(), value()), 0..4);
+        prop_oneof![
             (
-                id.clone(),
+                id(),
                 any::<bool>(),
-                proptest::collection::vec(p.clone(), 0..3)
+                proptest::collection::vec(partition(), 0..3)
             )
                 .prop_map(|(process, group, partitions)| {
                     let mode = if group {
@@ -695,41 +720,35 @@ mod arbitrary {
                         partitions,
                     }
                 }),
-            (id.clone(), p.clone(), proptest::option::of(o.clone())).prop_map(
-                |(process, partition, offset)| {
-                    EventKind::Seek {
-                        process,
-                        partition,
-                        offset,
-                    }
-                }
-            ),
-            (
-                id.clone(),
-                proptest::collection::vec((p.clone(), o.clone(), v.clone()), 0..4)
-            )
-                .prop_map(|(process, records)| EventKind::Poll { process, records }),
-            (
-                id.clone(),
-                p.clone(),
-                proptest::collection::vec((o.clone(), v.clone()), 0..4)
-            )
-                .prop_map(|(process, partition, records)| EventKind::FinalRead {
+            (id(), partition(), proptest::option::of(offset())).prop_map(
+                |(process, partition, offset)| EventKind::Seek {
                     process,
                     partition,
-                    records
-                }),
-            (id.clone(), p.clone(), 0..3i64, 0..8i64).prop_map(
-                |(process, partition, log_start, hw)| {
-                    EventKind::FinalEnd {
-                        process,
-                        partition,
-                        log_start,
-                        hw,
-                    }
+                    offset,
                 }
             ),
-            (id.clone(), proptest::collection::vec(p, 0..2)).prop_map(|(id, partitions)| {
+            (id(), records).prop_map(|(process, records)| EventKind::Poll { process, records }),
+            (id(), partition(), final_records).prop_map(|(process, partition, records)| {
+                EventKind::FinalRead {
+                    process,
+                    partition,
+                    records,
+                }
+            }),
+            (id(), partition(), 0..3i64, 0..8i64).prop_map(
+                |(process, partition, log_start, hw)| EventKind::FinalEnd {
+                    process,
+                    partition,
+                    log_start,
+                    hw,
+                }
+            ),
+        ]
+    }
+
+    fn fault_kind() -> impl Strategy<Value = EventKind> {
+        prop_oneof![
+            (id(), proptest::collection::vec(partition(), 0..2)).prop_map(|(id, partitions)| {
                 EventKind::FaultStart {
                     id: id.to_string(),
                     fault: "f".into(),
@@ -737,7 +756,7 @@ mod arbitrary {
                     partitions,
                 }
             }),
-            id.prop_map(|id| EventKind::FaultEnd { id: id.to_string() }),
+            id().prop_map(|id| EventKind::FaultEnd { id: id.to_string() }),
         ]
     }
 

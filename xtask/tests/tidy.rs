@@ -30,8 +30,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("broker/src/handlers/groups.rs", "offset_fetch", 79),
     ("broker/src/handlers/metadata.rs", "metadata", 112),
     ("broker/src/server.rs", "run", 92),
-    ("checker/src/anomaly.rs", "fmt", 71),
-    ("checker/src/tests.rs", "kind", 96),
     (
         "cli/tests/cli.rs",
         "consumer_groups_consume_commit_describe_reset_and_delete",
