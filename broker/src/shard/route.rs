@@ -105,7 +105,8 @@ impl Shard {
     }
 
     /// A fetch: reads every target on its owner (concurrently across cores) and, while fewer
-    /// than `min_bytes` are there and nothing failed, waits for new data up to `max_wait_ms`.
+    /// than `min_bytes` are there and nothing failed or diverged, waits for new data up to
+    /// `max_wait_ms`.
     /// One outcome per target (`None` where the target is `None`).
     pub async fn fetch(self: &Rc<Self>, plan: FetchPlan) -> Vec<Option<FetchOutcome>> {
         let deadline = Instant::now() + Duration::from_millis(plan.max_wait_ms);
@@ -124,10 +125,17 @@ impl Shard {
             }
             let outcomes_now = outcomes.iter().flatten();
             let total: u64 = outcomes_now.clone().map(|o| o.size_bytes).sum();
-            let failed = refused || outcomes_now.clone().any(|o| o.failure.is_some());
+            // An error or a diverging epoch is answered at once (Kafka's DelayedFetch does
+            // too): the follower must truncate before anything else, and the answer does not
+            // change by waiting (a diverged follower held for the whole fetch wait kept a
+            // new leader's high watermark, and its acks=all producers, waiting 500 ms).
+            let answer_now = refused
+                || outcomes_now
+                    .clone()
+                    .any(|o| o.failure.is_some() || o.diverging_epoch.is_some());
             if plan.min_bytes == 0
                 || total >= plan.min_bytes
-                || failed
+                || answer_now
                 || Instant::now() >= deadline
             {
                 return outcomes;
