@@ -11,9 +11,13 @@
 //!   or below the follower's latest: a stale leader) backs off.
 //! - Records: every batch CRC-checked, the first at the log end and the rest contiguous,
 //!   before anything is appended; the follower's high watermark is min(leader's, log end).
-//! - Fenced leader epoch, not leader: wait for new metadata; unknown leader epoch and
-//!   transient errors: back off; offset out of range: below the leader's log start restart
-//!   there (`restart_at`), above the leader's end truncate to the leader's high watermark.
+//! - Fenced leader epoch (the follower's metadata is old): wait for new metadata. Not leader,
+//!   unknown leader epoch or partition from the broker this follower's image names as leader:
+//!   that broker has not applied the image yet (the controller's own broker applies first,
+//!   the leader a few ms later); ask again soon, after 5, 10, 20 ms ... up to the back-off
+//!   (a new image wakes the fetcher anyway). Transient errors: back off. Offset out of range:
+//!   below the leader's log start restart there (`restart_at`), above the leader's end
+//!   truncate to the leader's high watermark.
 
 use borges_protocol::batch;
 use borges_protocol::ErrorCode;
@@ -35,10 +39,15 @@ pub trait LocalLog {
     fn epoch_end_offset(&self, epoch: i32) -> Option<(i32, i64)>;
 }
 
+/// The first pause after the leader refused a fetch as not (yet) leading at the follower's
+/// epoch; it doubles with every further such refusal, up to `back_off_ms`.
+pub const LEADER_BEHIND_RETRY_MS_MIN: i64 = 5;
+
 /// Settings of a follower's fetcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FetcherSettings {
-    /// Pause after an unknown leader epoch or a transient error.
+    /// Pause after a transient error; the longest pause while the leader catches up with the
+    /// metadata.
     pub back_off_ms: i64,
     /// `durability=fsync`: report an offset only once it is synced.
     pub sync_before_fetch: bool,
@@ -181,6 +190,8 @@ pub struct FollowerFetcher {
     leader_epoch: i32,
     phase: Phase,
     settings: FetcherSettings,
+    /// Refusals in a row by a leader that does not lead at our epoch yet.
+    leader_behind: u32,
 }
 
 impl FollowerFetcher {
@@ -191,6 +202,7 @@ impl FollowerFetcher {
             leader_epoch,
             phase: Phase::Ready,
             settings,
+            leader_behind: 0,
         }
     }
 
@@ -205,6 +217,7 @@ impl FollowerFetcher {
             self.leader_id = leader_id;
             self.leader_epoch = leader_epoch.max(self.leader_epoch);
             self.phase = Phase::Ready;
+            self.leader_behind = 0;
         }
     }
 
@@ -236,11 +249,16 @@ impl FollowerFetcher {
         log: &impl LocalLog,
         now_ms: i64,
     ) -> FollowerStep {
+        let behind = std::mem::take(&mut self.leader_behind);
         match answer.error {
             ErrorCode::None => self.on_data(position, answer, log, now_ms),
-            ErrorCode::FencedLeaderEpoch
-            | ErrorCode::NotLeaderOrFollower
+            ErrorCode::NotLeaderOrFollower
+            | ErrorCode::UnknownLeaderEpoch
             | ErrorCode::UnknownTopicOrPartition => {
+                self.leader_behind = behind.saturating_add(1);
+                self.retry_soon(behind, now_ms)
+            }
+            ErrorCode::FencedLeaderEpoch => {
                 self.phase = Phase::AwaitMetadata;
                 FollowerStep::AwaitMetadata
             }
@@ -299,6 +317,18 @@ impl FollowerFetcher {
             return FollowerStep::Truncate(answer.high_watermark);
         }
         self.back_off(now_ms)
+    }
+
+    /// The pause after the `behind`-th refusal in a row by a leader that has not applied the
+    /// image naming it: `LEADER_BEHIND_RETRY_MS_MIN` doubled `behind` times, at most
+    /// `back_off_ms`.
+    fn retry_soon(&mut self, behind: u32, now_ms: i64) -> FollowerStep {
+        let pause_ms = LEADER_BEHIND_RETRY_MS_MIN
+            .saturating_mul(1i64 << behind.min(20))
+            .min(self.settings.back_off_ms.max(LEADER_BEHIND_RETRY_MS_MIN));
+        let until_ms = now_ms + pause_ms;
+        self.phase = Phase::BackOff(until_ms);
+        FollowerStep::BackOff { until_ms }
     }
 
     fn back_off(&mut self, now_ms: i64) -> FollowerStep {

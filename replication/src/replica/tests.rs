@@ -382,7 +382,7 @@ fn a_corrupt_or_misplaced_batch_is_refused_whole() {
 }
 
 #[test]
-fn fenced_unknown_and_out_of_range_answers() {
+fn a_leader_behind_on_metadata_is_asked_again_soon() {
     let settings = FetcherSettings {
         back_off_ms: 50,
         sync_before_fetch: false,
@@ -402,12 +402,64 @@ fn fenced_unknown_and_out_of_range_answers() {
         diverging_epoch: None,
         records: &[],
     };
+    // The broker named as leader has not applied that image yet: ask again soon, the pause
+    // doubling from LEADER_BEHIND_RETRY_MS_MIN (5 ms) up to the back-off (50 ms here).
     assert_eq!(
-        f.on_answer(&p, &answer(ErrorCode::UnknownLeaderEpoch), &log, 0),
-        FollowerStep::BackOff { until_ms: 50 }
+        f.on_answer(&p, &answer(ErrorCode::NotLeaderOrFollower), &log, 0),
+        FollowerStep::BackOff { until_ms: 5 }
     );
-    assert_eq!(f.next(&log, 10), FollowerStep::BackOff { until_ms: 50 });
-    assert!(matches!(f.next(&log, 50), FollowerStep::Fetch(_)));
+    assert_eq!(f.next(&log, 1), FollowerStep::BackOff { until_ms: 5 });
+    assert!(matches!(f.next(&log, 5), FollowerStep::Fetch(_)));
+    let mut now = 5;
+    for (code, pause) in [
+        (ErrorCode::UnknownLeaderEpoch, 10),
+        (ErrorCode::UnknownTopicOrPartition, 20),
+        (ErrorCode::NotLeaderOrFollower, 40),
+        (ErrorCode::NotLeaderOrFollower, 50),
+        (ErrorCode::NotLeaderOrFollower, 50),
+    ] {
+        assert_eq!(
+            f.on_answer(&p, &answer(code), &log, now),
+            FollowerStep::BackOff {
+                until_ms: now + pause
+            },
+            "{code:?} at {now}"
+        );
+        now += pause;
+        assert!(matches!(f.next(&log, now), FollowerStep::Fetch(_)));
+    }
+    assert_eq!(
+        f.on_answer(&p, &answer(ErrorCode::RequestTimedOut), &log, now),
+        FollowerStep::BackOff { until_ms: now + 50 },
+        "another error: the back-off, and the next refusal starts short again"
+    );
+    assert_eq!(
+        f.on_answer(&p, &answer(ErrorCode::NotLeaderOrFollower), &log, now),
+        FollowerStep::BackOff { until_ms: now + 5 }
+    );
+}
+
+#[test]
+fn fenced_and_out_of_range_answers() {
+    let settings = FetcherSettings {
+        back_off_ms: 50,
+        sync_before_fetch: false,
+    };
+    let mut f = FollowerFetcher::new(1, 3, settings);
+    let log = ModelLog {
+        epochs: vec![1; 10],
+        synced: 10,
+    };
+    let FollowerStep::Fetch(p) = f.next(&log, 0) else {
+        panic!("fetch")
+    };
+    let answer = |error| FetchAnswer {
+        error,
+        high_watermark: 8,
+        log_start_offset: 20,
+        diverging_epoch: None,
+        records: &[],
+    };
     assert_eq!(
         f.on_answer(&p, &answer(ErrorCode::OffsetOutOfRange), &log, 60),
         FollowerStep::RestartAt(20),
