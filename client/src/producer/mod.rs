@@ -290,15 +290,24 @@ impl Inner {
 
     /// Starts one metadata refresh in the background unless one is running. Refreshes are at
     /// least `retry_backoff_ms` apart, so a partition that stays leaderless (a broker
-    /// restarting) does not make the producer hammer the cluster with Metadata requests.
-    fn request_metadata_refresh(self: &Arc<Self>) {
+    /// restarting) does not make the producer hammer the cluster with Metadata requests;
+    /// `leader_failed` (a batch failed at its leader, or waits for a leader the metadata still
+    /// names): `retry_backoff_ms / LEADER_FAILED_REFRESHES_PER_BACKOFF` apart, since the
+    /// controller replaces a dead leader after its session timeout and each refresh gap adds
+    /// up to itself to the failover.
+    fn request_metadata_refresh(self: &Arc<Self>, leader_failed: bool) {
         if self.refresh_running.swap(true, Ordering::AcqRel) {
             return;
         }
         let inner = self.clone();
         tokio::spawn(async move {
             let since = inner.core.metadata().fetched_at.elapsed();
-            let gap = Duration::from_millis(inner.config.retry_backoff_ms);
+            let gap_ms = if leader_failed {
+                inner.config.retry_backoff_ms / LEADER_FAILED_REFRESHES_PER_BACKOFF
+            } else {
+                inner.config.retry_backoff_ms
+            };
+            let gap = Duration::from_millis(gap_ms.max(1));
             if since < gap {
                 tokio::time::sleep(gap - since).await;
             }
@@ -483,6 +492,13 @@ fn seed() -> u64 {
     nanos ^ u64::from(std::process::id()).rotate_left(32)
 }
 
+/// Metadata refreshes per `retry_backoff_ms` while a batch waits for a leader whose connection
+/// failed and that the metadata still names (every 20 ms with the default 100 ms): a Metadata
+/// request for the producer's topics to a live broker, for at most the brokers' session
+/// timeout (then the leader is replaced, or the partition has none and the refreshes slow
+/// down to `retry_backoff_ms`).
+const LEADER_FAILED_REFRESHES_PER_BACKOFF: u64 = 5;
+
 /// The sender task: drains, sends, sleeps until the next linger or backoff deadline or until
 /// woken (a batch filled, a request finished, a flush, metadata arrived).
 async fn run_sender(inner: Arc<Inner>) {
@@ -500,7 +516,7 @@ async fn run_sender(inner: Arc<Inner>) {
             || now.duration_since(metadata.fetched_at).as_millis() as u64
                 > inner.core.config.metadata_max_age_ms
         {
-            inner.request_metadata_refresh();
+            inner.request_metadata_refresh(drained.leader_failed);
         }
         if drained.producer_id_needed {
             inner.request_producer_id();
@@ -693,7 +709,7 @@ fn finish_request(
         let refusal = acc.batch_refused(&mut batch, &e);
         let at = match refusal {
             Refusal::Fail => None,
-            Refusal::Retry | Refusal::Renumber => retry_at(&inner.config, &batch, now),
+            Refusal::Retry | Refusal::Renumber => retry_at(&inner.config, &batch, &e, now),
         };
         if let Some(at) = at {
             warn_retry(inner, &batch, &e);
@@ -723,21 +739,41 @@ fn finish_request(
         completion.complete(result);
     }
     if refresh {
-        inner.request_metadata_refresh();
+        // The leader moved or its connection failed: the batch waits for new metadata.
+        inner.request_metadata_refresh(true);
     }
     inner.batch_done.notify_waiters();
     inner.wake_sender.notify_one();
 }
 
-/// When to send `batch` again, or `None` when its retries (`retries_max`) or its time
-/// (`delivery_timeout_ms`) ran out.
-fn retry_at(config: &ProducerConfig, batch: &ProducerBatch, now: Instant) -> Option<Instant> {
+/// When to send `batch` again after `error`, or `None` when its retries (`retries_max`) or its
+/// time (`delivery_timeout_ms`) ran out. NotLeaderOrFollower backs off from `retry_backoff_ms
+/// / LEADER_FAILED_REFRESHES_PER_BACKOFF`: a broker that the metadata just named leader may not
+/// have taken the role yet (the controller's broker answers Metadata with the new leader a
+/// few ms before the leader's core leads), and if the metadata is what is stale, the refresh
+/// it asks for sends the batch to the new leader at once anyway. So does an out-of-order
+/// sequence: the batches pipelined behind a refused one get it, and go again right after it.
+fn retry_at(
+    config: &ProducerConfig,
+    batch: &ProducerBatch,
+    error: &ClientError,
+    now: Instant,
+) -> Option<Instant> {
     if batch.attempts > config.retries_max {
         return None;
     }
+    let leader_not_ready = matches!(
+        error.code(),
+        Some(ErrorCode::NotLeaderOrFollower | ErrorCode::OutOfOrderSequenceNumber)
+    );
+    let base_ms = if leader_not_ready {
+        (config.retry_backoff_ms / LEADER_FAILED_REFRESHES_PER_BACKOFF).max(1)
+    } else {
+        config.retry_backoff_ms
+    };
     let backoff = crate::retry::backoff_ms(
         batch.backoff_attempts.max(1),
-        config.retry_backoff_ms,
+        base_ms,
         config.retry_backoff_max_ms,
         batch.id,
     );
