@@ -149,8 +149,8 @@ impl RawClient {
         ErrorCode::from_u16(r.topics().unwrap().get(0).error_code())
     }
 
-    /// The topic-level error code Metadata gives `topic`.
-    pub fn metadata_code(&mut self, topic: &str) -> ErrorCode {
+    /// The Metadata answer for `topic` alone.
+    pub fn metadata_of(&mut self, topic: &str) -> Reply {
         let mut fbb = FlatBufferBuilder::new();
         let n = fbb.create_string(topic);
         let topics = fbb.create_vector(&[n]);
@@ -162,25 +162,19 @@ impl RawClient {
             },
         );
         fbb.finish(root, None);
-        let reply = self.call(ApiKey::Metadata, &fbb, &[]);
+        self.call(ApiKey::Metadata, &fbb, &[])
+    }
+
+    /// The topic-level error code Metadata gives `topic`.
+    pub fn metadata_code(&mut self, topic: &str) -> ErrorCode {
+        let reply = self.metadata_of(topic);
         let r = flatbuffers::root::<wire::MetadataResponse>(&reply.message).unwrap();
         ErrorCode::from_u16(r.topics().unwrap().get(0).error_code())
     }
 
     /// (core addresses by core id, leader core by partition) of a topic.
     pub fn placement(&mut self, topic: &str) -> (Vec<SocketAddr>, Vec<u16>) {
-        let mut fbb = FlatBufferBuilder::new();
-        let n = fbb.create_string(topic);
-        let topics = fbb.create_vector(&[n]);
-        let root = wire::MetadataRequest::create(
-            &mut fbb,
-            &wire::MetadataRequestArgs {
-                topics: Some(topics),
-                all_topics: false,
-            },
-        );
-        fbb.finish(root, None);
-        let reply = self.call(ApiKey::Metadata, &fbb, &[]);
+        let reply = self.metadata_of(topic);
         let r = flatbuffers::root::<wire::MetadataResponse>(&reply.message).unwrap();
         let broker = r.brokers().unwrap().get(0);
         let mut cores: Vec<(u16, SocketAddr)> = broker
