@@ -147,6 +147,10 @@ async fn heartbeat_loop(
                     if lock(&state).leaving {
                         break;
                     }
+                    // A refusal that retrying cannot change (GroupAuthorizationFailed,
+                    // InvalidGroupId) is poll's to return; the rest retries.
+                    handle_error(&mut lock(&state), e);
+                    replied.notify_waiters();
                     tokio::time::sleep(Duration::from_millis(GROUP_RETRY_BACKOFF_MS)).await;
                     continue;
                 }

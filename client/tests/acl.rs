@@ -150,6 +150,7 @@ async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() 
     let bob = self::admin(&broker, "bob").await;
     topics_refused(&broker, &bob).await;
     groups_refused(&bob, &tp).await;
+    join_refused(&broker).await;
     acls_refused(&bob).await;
     assert_eq!(
         state(&admin).await,
@@ -244,6 +245,24 @@ async fn groups_refused(bob: &Admin, tp: &TopicPartition) {
     assert!(
         listed.is_empty(),
         "ListGroups lists what bob may not describe: {listed:?}"
+    );
+}
+
+/// Joining group `g` as bob: FindCoordinator (Describe group) is refused, and the consumer's
+/// poll returns the refusal.
+async fn join_refused(broker: &BrokerProcess) {
+    let joined = async {
+        let settings = ConsumerConfig::default().group_id("g");
+        let mut c = Consumer::new(config(broker, "bob"), settings).await?;
+        c.subscribe(&["t"]).await?;
+        c.poll(Duration::from_secs(3)).await
+    };
+    let joined = tokio::time::timeout(Duration::from_secs(30), joined).await;
+    let joined = joined.expect("a refused join ends within 30 s");
+    refused(
+        "ConsumerGroupHeartbeat",
+        joined,
+        ErrorCode::GroupAuthorizationFailed,
     );
 }
 

@@ -227,3 +227,127 @@ fn acl_needs(api: ApiKey) -> Vec<Need<'static>> {
         _ => vec![Need::Cluster(Operation::All)],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borges_protocol::acl::{Acl, PatternType, Permission};
+
+    fn finish<T>(build: impl FnOnce(&mut flatbuffers::FlatBufferBuilder<'static>) -> T) -> Vec<u8>
+    where
+        T: Into<flatbuffers::WIPOffset<flatbuffers::UnionWIPOffset>>,
+    {
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let root = build(&mut fbb).into();
+        fbb.finish_minimal(root);
+        fbb.finished_data().to_vec()
+    }
+
+    fn topics_of_epochs(replica_id: i32) -> Vec<u8> {
+        let mut r = m::OffsetForLeaderEpochRequestT::default();
+        r.replica_id = replica_id;
+        let mut t = m::OffsetForLeaderEpochTopicT::default();
+        t.name = "t".into();
+        r.topics = Some(vec![t]);
+        finish(|fbb| r.pack(fbb).as_union_value())
+    }
+
+    #[test]
+    fn replica_requests_need_cluster_action_and_client_ones_the_topic() {
+        use Operation::*;
+        let client = topics_of_epochs(-1);
+        let follower = topics_of_epochs(2);
+        assert_eq!(
+            needs(ApiKey::OffsetForLeaderEpoch, &client).unwrap(),
+            vec![Need::Topic(Describe, "t")]
+        );
+        assert_eq!(
+            needs(ApiKey::OffsetForLeaderEpoch, &follower).unwrap(),
+            vec![Need::Cluster(ClusterAction)]
+        );
+        let mut f = m::FetchRequestT::default();
+        f.replica_id = 1;
+        let mut t = m::FetchTopicT::default();
+        t.name = "t".into();
+        f.topics = Some(vec![t]);
+        let fetch = finish(|fbb| f.pack(fbb).as_union_value());
+        assert_eq!(
+            needs(ApiKey::Fetch, &fetch).unwrap(),
+            vec![Need::Cluster(ClusterAction)]
+        );
+    }
+
+    #[test]
+    fn groups_and_broker_configs() {
+        use Operation::*;
+        let mut h = m::ConsumerGroupHeartbeatRequestT::default();
+        h.group_id = "g".into();
+        let heartbeat = finish(|fbb| h.pack(fbb).as_union_value());
+        assert_eq!(
+            needs(ApiKey::ConsumerGroupHeartbeat, &heartbeat).unwrap(),
+            vec![Need::Group(Read, "g")]
+        );
+        let mut c = m::DescribeConfigsRequestT::default();
+        let mut broker = m::DescribeConfigsResourceT::default();
+        broker.resource_type = m::ConfigResourceType::Broker;
+        broker.resource_name = "1".into();
+        let mut topic = m::DescribeConfigsResourceT::default();
+        topic.resource_name = "t".into();
+        c.resources = Some(vec![broker, topic]);
+        let configs = finish(|fbb| c.pack(fbb).as_union_value());
+        assert_eq!(
+            needs(ApiKey::DescribeConfigs, &configs).unwrap(),
+            vec![
+                Need::Cluster(DescribeConfigs),
+                Need::Topic(DescribeConfigs, "t")
+            ]
+        );
+        for api in ApiKey::ALL {
+            let empty = finish(|fbb| {
+                let t = fbb.start_table();
+                fbb.end_table(t).as_union_value()
+            });
+            // Required fields make some empty messages invalid; none may panic.
+            let _ = needs(*api, &empty);
+        }
+    }
+
+    #[test]
+    fn refusals_carry_their_code_and_super_users_pass() {
+        let settings = crate::config::SecuritySettings {
+            authorizer_enabled: true,
+            super_users: vec!["User:admin".into()],
+            ..crate::config::SecuritySettings::default()
+        };
+        let write = Acl {
+            principal: "User:p".into(),
+            resource_type: ResourceType::Topic,
+            resource_name: "logs".into(),
+            pattern: PatternType::Literal,
+            operation: Operation::Write,
+            permission: Permission::Allow,
+        };
+        let a = Authorizer::new(&settings, vec![write]);
+        let code = |need: Need<'_>| allowed(&a, "User:p", &need).err().map(|f| f.code);
+        assert_eq!(code(Need::ProducerId), None, "Write on some topic");
+        assert_eq!(code(Need::Topic(Operation::Describe, "logs")), None);
+        assert_eq!(
+            code(Need::CreateTopic("logs")),
+            Some(ErrorCode::TopicAuthorizationFailed)
+        );
+        assert_eq!(
+            code(Need::Group(Operation::Read, "g")),
+            Some(ErrorCode::GroupAuthorizationFailed)
+        );
+        assert_eq!(
+            code(Need::Cluster(Operation::Alter)),
+            Some(ErrorCode::ClusterAuthorizationFailed)
+        );
+        let empty = finish(|fbb| {
+            let t = fbb.start_table();
+            fbb.end_table(t).as_union_value()
+        });
+        assert!(request(&a, "User:admin", ApiKey::CreateAcls, &empty).is_ok());
+        assert!(request(&a, "User:p", ApiKey::CreateAcls, &empty).is_err());
+    }
+}
