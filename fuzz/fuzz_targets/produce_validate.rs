@@ -46,8 +46,7 @@ fn wrap(params: [u8; 4], codec: u8, section: &[u8]) -> Vec<u8> {
     let last = (records_count - 1).max(0) + i32::from(params[2] % 4 == 0);
     b[field::LAST_OFFSET_DELTA..field::LAST_OFFSET_DELTA + 4].copy_from_slice(&last.to_be_bytes());
     b[field::BASE_TIMESTAMP..field::BASE_TIMESTAMP + 8].copy_from_slice(&1_000i64.to_be_bytes());
-    b[field::MAX_TIMESTAMP..field::MAX_TIMESTAMP + 8]
-        .copy_from_slice(&max_timestamp.to_be_bytes());
+    b[field::MAX_TIMESTAMP..field::MAX_TIMESTAMP + 8].copy_from_slice(&max_timestamp.to_be_bytes());
     b[field::PRODUCER_ID..field::RECORDS_COUNT].fill(0xff);
     b[field::RECORDS_COUNT..field::RECORDS].copy_from_slice(&records_count.to_be_bytes());
     b.extend_from_slice(section);
