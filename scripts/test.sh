@@ -20,8 +20,9 @@ FEATURES=(--features borges-broker/strict-assertions)
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "cargo fmt --check"
+step "cargo fmt --check (the workspace and the fuzz workspace)"
 cargo fmt --all -- --check
+(cd fuzz && cargo fmt -- --check)
 
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets "${FEATURES[@]}" -- -D warnings
