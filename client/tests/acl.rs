@@ -2,7 +2,8 @@
 //! authorizer_enabled` with `User:admin` a super user. A principal without ACLs gets its
 //! authorization error from every API and nothing changes; Metadata and ListGroups leave out
 //! what it may not describe; a prefixed allow; a deny beating an allow; Fetch and Produce
-//! refused on their own permission (Describe is not Read); the CLI add/list/remove round trip;
+//! refused on their own permission (Describe is not Read); OffsetFetch leaves out (or, named,
+//! refuses) topics the principal may not describe; the CLI add/list/remove round trip;
 //! ACLs kept across a restart.
 
 use std::io::Write;
@@ -453,5 +454,52 @@ async fn alice_and_carol(broker: &BrokerProcess) {
         "Produce with Describe only",
         produce(&plain, "app.data", "no").await,
         topic,
+    );
+}
+
+/// OffsetFetch as a principal with Describe on the group and on topic `t` only: asked for
+/// every topic, the group's offsets of `secret` are left out; asked for `secret` by name, its
+/// partition is answered TopicAuthorizationFailed (Kafka's OffsetFetch both ways).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_fetch_leaves_out_topics_the_principal_may_not_describe() {
+    let broker = acl_broker();
+    let admin = admin(&broker, "admin").await;
+    for t in ["t", "secret"] {
+        admin
+            .create_topics(vec![NewTopic::new(t, 1)])
+            .await
+            .unwrap();
+    }
+    let (t0, secret0) = (
+        TopicPartition::new("t", 0),
+        TopicPartition::new("secret", 0),
+    );
+    admin
+        .alter_group_offsets("g", &[(t0.clone(), 1), (secret0.clone(), 2)])
+        .await
+        .unwrap();
+    let mut describe_group = acl("User:alice", Operation::Describe, "g", Permission::Allow);
+    describe_group.resource_type = ResourceType::Group;
+    let describe_t = acl("User:alice", Operation::Describe, "t", Permission::Allow);
+    admin
+        .create_acls(&[describe_group, describe_t])
+        .await
+        .unwrap();
+    let alice = self::admin(&broker, "alice").await;
+    assert_eq!(
+        alice.list_group_offsets("g").await.unwrap(),
+        [(t0.clone(), 1)],
+        "OffsetFetch of every topic shows a topic alice may not describe"
+    );
+    let settings = ConsumerConfig::default().group_id("g");
+    let c = Consumer::new(config(&broker, "alice"), settings)
+        .await
+        .unwrap();
+    let committed = c.committed(std::slice::from_ref(&t0)).await.unwrap();
+    assert_eq!(committed, [(t0, Some(1))]);
+    refused(
+        "OffsetFetch of secret by name",
+        c.committed(&[secret0]).await,
+        ErrorCode::TopicAuthorizationFailed,
     );
 }

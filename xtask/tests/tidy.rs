@@ -27,7 +27,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("broker/src/groups/assignor.rs", "assign", 83),
     ("broker/src/handlers/admin.rs", "describe_configs", 93),
     ("broker/src/handlers/groups.rs", "offset_commit", 94),
-    ("broker/src/handlers/groups.rs", "offset_fetch", 79),
     ("broker/src/handlers/metadata.rs", "metadata", 112),
     ("broker/src/server.rs", "run", 92),
     (

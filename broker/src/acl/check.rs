@@ -4,7 +4,8 @@
 //! carrying `TopicAuthorizationFailed`, `GroupAuthorizationFailed` or
 //! `ClusterAuthorizationFailed` for the first resource refused (Kafka answers per resource;
 //! Borges refuses the request). Metadata and ListGroups are not refused: their handlers leave
-//! out what the principal may not describe ([`may_describe_topic`], [`may_describe_group`]).
+//! out what the principal may not describe ([`may_describe_topic`], [`may_describe_group`]);
+//! so does OffsetFetch's handler with the topics of the group's offsets.
 
 use borges_protocol::acl::{Operation, ResourceType};
 use borges_protocol::{wire as m, ApiKey, ErrorCode};

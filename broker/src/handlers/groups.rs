@@ -13,7 +13,7 @@ use crate::groups::assignor::Assignment;
 use crate::groups::coordinator::{
     self, check_group_id, CommitItem, GroupRequest, GroupResponse, GroupView,
 };
-use crate::groups::state::Heartbeat;
+use crate::groups::state::{Committed, Heartbeat};
 use crate::shard::Shard;
 use crate::wire as w;
 
@@ -30,7 +30,7 @@ pub async fn handle(
         ApiKey::FindCoordinator => find_coordinator(&shard, &frame, &mut fbb),
         ApiKey::ConsumerGroupHeartbeat => heartbeat(&shard, &frame, &peer, &mut fbb).await,
         ApiKey::OffsetCommit => offset_commit(&shard, &frame, &mut fbb).await,
-        ApiKey::OffsetFetch => offset_fetch(&shard, &frame, &mut fbb).await,
+        ApiKey::OffsetFetch => offset_fetch(&shard, &frame, &principal, &mut fbb).await,
         ApiKey::ListGroups => list_groups(&shard, &frame, &principal, &mut fbb).await,
         ApiKey::DescribeGroups => describe_groups(&shard, &frame, &mut fbb).await,
         _ => delete_groups(&shard, &frame, &mut fbb).await,
@@ -364,9 +364,13 @@ async fn offset_commit(
     Ok(())
 }
 
+/// A topic's answers in OffsetFetch: (partition, committed offset, error).
+type FetchedTopics = BTreeMap<String, Vec<(i32, Option<Committed>, ErrorCode)>>;
+
 async fn offset_fetch(
     shard: &Rc<Shard>,
     frame: &Frame,
+    principal: &str,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
     let (group, topics) = {
@@ -383,29 +387,39 @@ async fn offset_fetch(
         });
         (req.group_id().to_string(), topics)
     };
-    let found = match shard
-        .group(
-            &group,
-            GroupRequest::Fetch {
-                group: group.clone(),
-                topics,
-            },
-        )
-        .await?
-    {
+    let every_topic = topics.is_none();
+    let request = GroupRequest::Fetch {
+        group: group.clone(),
+        topics,
+    };
+    let found = match shard.group(&group, request).await? {
         GroupResponse::Fetch(r) => r?,
         _ => return Err(unexpected()),
     };
-    let mut by_topic: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    // Kafka (KafkaApis.handleOffsetFetchRequest): a topic named in the request that the
+    // principal may not Describe is answered TopicAuthorizationFailed on each partition, with
+    // no offset; asked for every topic, such topics are left out.
+    let authorizer = shard.authorizer();
+    let mut by_topic = FetchedTopics::new();
     for (t, p, c) in found {
-        by_topic.entry(t).or_default().push((p, c));
+        let answer = match crate::acl::check::may_describe_topic(&authorizer, principal, &t) {
+            true => (p, c, ErrorCode::None),
+            false if every_topic => continue,
+            false => (p, None, ErrorCode::TopicAuthorizationFailed),
+        };
+        by_topic.entry(t).or_default().push(answer);
     }
+    offset_fetch_response(fbb, by_topic);
+    Ok(())
+}
+
+fn offset_fetch_response(fbb: &mut FlatBufferBuilder<'_>, by_topic: FetchedTopics) {
     let topics: Vec<_> = by_topic
         .into_iter()
         .map(|(t, parts)| {
             let parts: Vec<_> = parts
                 .into_iter()
-                .map(|(p, c)| {
+                .map(|(p, c, code)| {
                     let metadata = c.as_ref().map(|c| fbb.create_string(&c.metadata));
                     wire::OffsetFetchPartitionResponse::create(
                         fbb,
@@ -414,7 +428,7 @@ async fn offset_fetch(
                             committed_offset: c.as_ref().map_or(-1, |c| c.offset),
                             committed_leader_epoch: c.as_ref().map_or(-1, |c| c.leader_epoch),
                             metadata,
-                            error_code: 0,
+                            error_code: code as u16,
                             error_message: None,
                         },
                     )
@@ -441,7 +455,6 @@ async fn offset_fetch(
         },
     );
     fbb.finish(root, None);
-    Ok(())
 }
 
 async fn list_groups(
