@@ -57,6 +57,9 @@ pub async fn request(
     };
     if let Err(failure) = authorize(shard, api, &frame, from.principal) {
         shard.metrics().count_request(header.api_key, true);
+        if let Some(resource) = crate::acl::check::refused_resource(failure.code) {
+            shard.metrics().count_authorization_failure(api, resource);
+        }
         tracing::debug!(principal = %from.principal, "{api} refused: {failure}");
         let mut response = wire::error_response(&header, &failure);
         if api == ApiKey::Produce && !answered_produce(&frame.message) {

@@ -3,7 +3,8 @@
 //! authorization error from every API and nothing changes; Metadata and ListGroups leave out
 //! what it may not describe; a prefixed allow; a deny beating an allow; Fetch and Produce
 //! refused on their own permission (Describe is not Read); OffsetFetch leaves out (or, named,
-//! refuses) topics the principal may not describe; the CLI add/list/remove round trip;
+//! refuses) topics the principal may not describe; refusals counted in the metrics by API and
+//! resource type; the CLI add/list/remove round trip;
 //! ACLs kept across a restart.
 
 use std::io::Write;
@@ -502,4 +503,73 @@ async fn offset_fetch_leaves_out_topics_the_principal_may_not_describe() {
         c.committed(&[secret0]).await,
         ErrorCode::TopicAuthorizationFailed,
     );
+}
+
+/// `borges_authorization_failures_total` summed over the cores' series whose labels include
+/// `api` and `resource_type`, from the broker's metrics endpoint.
+fn authorization_failures(broker: &BrokerProcess, api: &str, resource_type: &str) -> u64 {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(broker.metrics_addr()).expect("metrics");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (api, resource) = (
+        format!("api=\"{api}\""),
+        format!("resource_type=\"{resource_type}\""),
+    );
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("borges_authorization_failures_total{"))
+        .filter(|l| l.contains(&api) && l.contains(&resource));
+    series
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Each refusal is counted once under its API and the type of the resource refused: whole
+/// requests (topic, group, cluster) and a named topic in Metadata and OffsetFetch answers;
+/// what a listing leaves out is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_counted_per_api_and_resource_type() {
+    let broker = acl_broker();
+    let admin = admin(&broker, "admin").await;
+    admin
+        .create_topics(vec![NewTopic::new("t", 1)])
+        .await
+        .unwrap();
+    let t0 = TopicPartition::new("t", 0);
+    admin
+        .alter_group_offsets("g", &[(t0.clone(), 1)])
+        .await
+        .unwrap();
+    let mut describe_group = acl("User:carol", Operation::Describe, "g", Permission::Allow);
+    describe_group.resource_type = ResourceType::Group;
+    admin.create_acls(&[describe_group]).await.unwrap();
+    let count = |api, resource| authorization_failures(&broker, api, resource);
+    assert_eq!(count("DeleteTopics", "topic"), 0);
+    let bob = self::admin(&broker, "bob").await;
+    let carol = self::admin(&broker, "carol").await;
+    assert!(bob.list_topics().await.unwrap().is_empty());
+    assert!(carol.list_group_offsets("g").await.unwrap().is_empty());
+    let topic = ErrorCode::TopicAuthorizationFailed;
+    refused("DeleteTopics", bob.delete_topics(&["t"]).await, topic);
+    refused("DeleteTopics", bob.delete_topics(&["t"]).await, topic);
+    refused("Metadata of t", bob.describe_topics(&["t"]).await, topic);
+    let group = ErrorCode::GroupAuthorizationFailed;
+    refused("DescribeGroups", bob.describe_groups(&["g"]).await, group);
+    let cluster = ErrorCode::ClusterAuthorizationFailed;
+    let listed = bob.describe_acls(&AclFilter::default()).await;
+    refused("DescribeAcls", listed, cluster);
+    let settings = ConsumerConfig::default().group_id("g");
+    let c = Consumer::new(config(&broker, "carol"), settings)
+        .await
+        .unwrap();
+    refused("OffsetFetch of t", c.committed(&[t0]).await, topic);
+    assert_eq!(count("DeleteTopics", "topic"), 2);
+    assert_eq!(count("Metadata", "topic"), 1);
+    assert_eq!(count("DescribeGroups", "group"), 1);
+    assert_eq!(count("DescribeAcls", "cluster"), 1);
+    assert_eq!(count("OffsetFetch", "topic"), 1);
+    assert_eq!(count("OffsetFetch", "group"), 0);
 }

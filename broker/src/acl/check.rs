@@ -57,6 +57,16 @@ pub fn may_describe_group(authorizer: &Authorizer, principal: &str, id: &str) ->
         || authorizer.authorize_cluster(principal, Operation::Describe)
 }
 
+/// The resource type a refusal's code names (`None`: not an authorization failure).
+pub fn refused_resource(code: ErrorCode) -> Option<ResourceType> {
+    match code {
+        ErrorCode::TopicAuthorizationFailed => Some(ResourceType::Topic),
+        ErrorCode::GroupAuthorizationFailed => Some(ResourceType::Group),
+        ErrorCode::ClusterAuthorizationFailed => Some(ResourceType::Cluster),
+        _ => None,
+    }
+}
+
 fn refused(code: ErrorCode, principal: &str, what: String) -> Failure {
     Failure::new(
         code,

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
+use borges_protocol::acl::ResourceType;
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
@@ -405,7 +406,11 @@ async fn offset_fetch(
         let answer = match crate::acl::check::may_describe_topic(&authorizer, principal, &t) {
             true => (p, c, ErrorCode::None),
             false if every_topic => continue,
-            false => (p, None, ErrorCode::TopicAuthorizationFailed),
+            false => {
+                let metrics = shard.metrics();
+                metrics.count_authorization_failure(ApiKey::OffsetFetch, ResourceType::Topic);
+                (p, None, ErrorCode::TopicAuthorizationFailed)
+            }
         };
         by_topic.entry(t).or_default().push(answer);
     }

@@ -75,11 +75,16 @@ fn unknown_topic<'a>(
 }
 
 /// The metadata of a topic the principal may not describe: `TopicAuthorizationFailed`
-/// whether it exists or not (nothing said about it).
+/// whether it exists or not (nothing said about it); counted as a refusal.
 fn unauthorized_topic<'a>(
+    shard: &Shard,
     fbb: &mut FlatBufferBuilder<'a>,
     name: &str,
 ) -> flatbuffers::WIPOffset<wire::TopicMetadata<'a>> {
+    let topic = borges_protocol::acl::ResourceType::Topic;
+    shard
+        .metrics()
+        .count_authorization_failure(ApiKey::Metadata, topic);
     let failure = Failure::new(
         ErrorCode::TopicAuthorizationFailed,
         format!("not authorized to Describe topic {name:?}"),
@@ -176,7 +181,9 @@ pub async fn metadata(shard: Rc<Shard>, frame: Frame, principal: Rc<str>) -> Opt
         Some(names) => {
             for name in names {
                 match image.topics.get(&name) {
-                    _ if !may_describe(&name) => topics.push(unauthorized_topic(&mut fbb, &name)),
+                    _ if !may_describe(&name) => {
+                        topics.push(unauthorized_topic(&shard, &mut fbb, &name))
+                    }
                     Some(t) => topics.push(topic(&mut fbb, t, single)),
                     None => topics.push(unknown_topic(&mut fbb, &name)),
                 }

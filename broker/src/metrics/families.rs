@@ -65,6 +65,7 @@ pub struct ClusterFigures {
 pub fn render(snapshots: &[MetricsSnapshot], figures: &BrokerFigures, o: MetricsOptions) -> String {
     let mut ex = Exposition::new(o.series_per_family_max);
     requests(&mut ex, snapshots);
+    authorization_failures(&mut ex, snapshots);
     histograms(&mut ex, snapshots);
     per_core(&mut ex, snapshots);
     log_dirs(&mut ex, snapshots, &figures.host);
@@ -110,6 +111,24 @@ fn requests(ex: &mut Exposition, snapshots: &[MetricsSnapshot]) {
                 let labels = vec![core(s), ("api", api_name(r.0).to_string())];
                 ex.series(labels, int(get(r)));
             }
+        }
+    }
+}
+
+fn authorization_failures(ex: &mut Exposition, snapshots: &[MetricsSnapshot]) {
+    ex.family(
+        "borges_authorization_failures_total",
+        "Refusals by the ACL authorizer (whole requests and resources answered refused)",
+        Kind::Counter,
+    );
+    for s in snapshots {
+        for (api, resource, n) in &s.authorization_failures {
+            let labels = vec![
+                core(s),
+                ("api", api_name(*api).to_string()),
+                ("resource_type", resource.name().to_ascii_lowercase()),
+            ];
+            ex.series(labels, int(*n));
         }
     }
 }

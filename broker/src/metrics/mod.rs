@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use borges_protocol::acl::ResourceType;
 use borges_protocol::ApiKey;
 
 pub use families::{render, BrokerFigures, ClusterFigures, MetricsOptions};
@@ -24,6 +25,9 @@ pub use process::{mark_start, read_host, uptime_s, DiskSpace};
 
 /// API keys tracked (keys at or above are counted as the last slot).
 const API_SLOTS: usize = 32;
+
+/// Resource types an authorization failure is counted by (the ACL model's, in wire order).
+const RESOURCE_SLOTS: usize = ResourceType::ALL.len();
 
 /// Traffic of one topic on one core.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,6 +45,7 @@ pub struct CoreMetrics {
     core: usize,
     requests: [Cell<u64>; API_SLOTS],
     refused: [Cell<u64>; API_SLOTS],
+    authorization_failures: [[Cell<u64>; RESOURCE_SLOTS]; API_SLOTS],
     latency: RefCell<Vec<Option<Buckets>>>,
     produce_request_bytes: Buckets,
     fetch_response_bytes: Buckets,
@@ -102,6 +107,8 @@ pub struct MetricsSnapshot {
     pub core: usize,
     /// (api key, handled, refused).
     pub requests: Vec<(u16, u64, u64)>,
+    /// (api key, resource type, refusals by the authorizer); only those counted.
+    pub authorization_failures: Vec<(u16, ResourceType, u64)>,
     /// Request latency in seconds, by API key.
     pub latency: Vec<(u16, HistogramSnapshot)>,
     /// Bytes of record data per produce request.
@@ -186,6 +193,7 @@ impl CoreMetrics {
             core,
             requests: std::array::from_fn(|_| zero()),
             refused: std::array::from_fn(|_| zero()),
+            authorization_failures: std::array::from_fn(|_| std::array::from_fn(|_| zero())),
             latency: RefCell::new((0..API_SLOTS).map(|_| None).collect()),
             produce_request_bytes: Buckets::new(SIZE_BOUNDS_BYTES),
             fetch_response_bytes: Buckets::new(SIZE_BOUNDS_BYTES),
@@ -230,6 +238,29 @@ impl CoreMetrics {
             &self.requests
         };
         bump(&cells[Self::slot(key)], 1);
+    }
+
+    /// Counts one refusal by the authorizer: of a whole request of `api`, or of one resource
+    /// in its answer, for want of a permission on a resource of type `resource`.
+    pub fn count_authorization_failure(&self, api: ApiKey, resource: ResourceType) {
+        let kind = ResourceType::ALL.iter().position(|r| *r == resource);
+        let kind = kind.unwrap_or(RESOURCE_SLOTS - 1);
+        bump(
+            &self.authorization_failures[Self::slot(api as u16)][kind],
+            1,
+        );
+    }
+
+    fn authorization_failures(&self) -> Vec<(u16, ResourceType, u64)> {
+        let mut out = Vec::new();
+        for (api, cells) in self.authorization_failures.iter().enumerate() {
+            for (kind, cell) in cells.iter().enumerate() {
+                if cell.get() > 0 {
+                    out.push((api as u16, ResourceType::ALL[kind], cell.get()));
+                }
+            }
+        }
+        out
     }
 
     /// Records the time from a request's decode to its response being ready.
@@ -297,6 +328,7 @@ impl CoreMetrics {
         MetricsSnapshot {
             core: self.core,
             requests,
+            authorization_failures: self.authorization_failures(),
             latency,
             produce_request_bytes: self.produce_request_bytes.snapshot(),
             fetch_response_bytes: self.fetch_response_bytes.snapshot(),
