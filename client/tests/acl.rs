@@ -4,7 +4,8 @@
 //! what it may not describe; a prefixed allow; a deny beating an allow; Fetch and Produce
 //! refused on their own permission (Describe is not Read); OffsetFetch leaves out (or, named,
 //! refuses) topics the principal may not describe; refusals counted in the metrics by API and
-//! resource type; the CLI add/list/remove round trip;
+//! resource type; CreateTopics and DeleteTopics answered per topic; the CLI add/list/remove
+//! round trip;
 //! ACLs kept across a restart.
 
 use std::io::Write;
@@ -572,4 +573,39 @@ async fn refusals_are_counted_per_api_and_resource_type() {
     assert_eq!(count("DescribeAcls", "cluster"), 1);
     assert_eq!(count("OffsetFetch", "topic"), 1);
     assert_eq!(count("OffsetFetch", "group"), 0);
+}
+
+/// CreateTopics and DeleteTopics answer per topic (as Kafka): a topic the principal may not
+/// create or delete is answered TopicAuthorizationFailed and the others in the request are
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_and_delete_topics_answer_per_topic() {
+    let broker = acl_broker();
+    let admin = admin(&broker, "admin").await;
+    admin
+        .create_topics(vec![NewTopic::new("other", 1)])
+        .await
+        .unwrap();
+    let mut all = acl("User:alice", Operation::All, "app.", Permission::Allow);
+    all.pattern = PatternType::Prefixed;
+    admin.create_acls(&[all]).await.unwrap();
+    let alice = self::admin(&broker, "alice").await;
+    let new = vec![NewTopic::new("app.a", 1), NewTopic::new("no.b", 1)];
+    let created = alice.create_topics_each(new).await.unwrap();
+    let codes: Vec<_> = created
+        .iter()
+        .map(|r| r.result.as_ref().err().and_then(code_of))
+        .collect();
+    let topic = Some(ErrorCode::TopicAuthorizationFailed);
+    assert_eq!(codes, [None, topic], "{created:?}");
+    let mut listed = admin.list_topics().await.unwrap();
+    listed.sort();
+    assert_eq!(listed, ["app.a", "other"]);
+    let deleted = alice.delete_topics_each(&["other", "app.a"]).await.unwrap();
+    let codes: Vec<_> = deleted
+        .iter()
+        .map(|r| r.result.as_ref().err().and_then(code_of))
+        .collect();
+    assert_eq!(codes, [topic, None], "{deleted:?}");
+    assert_eq!(admin.list_topics().await.unwrap(), ["other"]);
 }

@@ -1,13 +1,17 @@
 //! Administrative APIs: CreateTopics, DeleteTopics, AlterConfigs and CreatePartitions go to the
-//! controller (core 0); DescribeConfigs is answered from this core's metadata.
+//! controller (core 0); DescribeConfigs is answered from this core's metadata. CreateTopics and
+//! DeleteTopics check each topic against the ACLs here, on the connection's core: a topic
+//! refused is answered `TopicAuthorizationFailed` and only the others go to the controller.
 
 use std::rc::Rc;
 
+use borges_protocol::acl::Operation;
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use borges_replication::controller::{ConfigOp, ControllerRequest, NewTopic, TopicCreated};
 use flatbuffers::FlatBufferBuilder;
 
+use crate::acl::check::{self as acl_check, Need};
 use crate::failure::Failure;
 use crate::shard::Shard;
 use crate::topic_config::{self, ConfigSource};
@@ -18,11 +22,13 @@ pub async fn controller_request(
     shard: Rc<Shard>,
     api: ApiKey,
     frame: Frame,
+    principal: Rc<str>,
 ) -> Option<w::Response> {
     let header = frame.header;
+    let from = &principal;
     Some(match api {
-        ApiKey::CreateTopics => create_topics(&shard, &header, &frame).await,
-        ApiKey::DeleteTopics => delete_topics(&shard, &header, &frame).await,
+        ApiKey::CreateTopics => create_topics(&shard, &header, &frame, from).await,
+        ApiKey::DeleteTopics => delete_topics(&shard, &header, &frame, from).await,
         ApiKey::AlterConfigs => alter_configs(&shard, &header, &frame).await,
         _ => create_partitions(&shard, &header, &frame).await,
     })
@@ -56,8 +62,47 @@ fn request_failed(header: &FrameHeader, api: ApiKey, f: &Failure) -> w::Response
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
-async fn create_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
-    let parsed = w::verify::<wire::CreateTopicsRequest>(&frame.message).map(|req| {
+/// Per topic of a CreateTopics or DeleteTopics request (in request order), its refusal by the
+/// authorizer, if any; each refusal is counted.
+fn refusals<'a>(
+    shard: &Shard,
+    principal: &str,
+    api: ApiKey,
+    names: impl Iterator<Item = &'a str>,
+) -> Vec<Option<Failure>> {
+    let authorizer = shard.authorizer();
+    let need = |name| match api {
+        ApiKey::CreateTopics => Need::CreateTopic(name),
+        _ => Need::Topic(Operation::Delete, name),
+    };
+    let refused = |name| acl_check::allowed(&authorizer, principal, &need(name)).err();
+    let out: Vec<_> = names.map(refused).collect();
+    for _ in out.iter().flatten() {
+        let topic = borges_protocol::acl::ResourceType::Topic;
+        shard.metrics().count_authorization_failure(api, topic);
+    }
+    out
+}
+
+/// The answers in request order: each refusal, else the controller's next result.
+fn merged<T>(
+    refused: Vec<Option<Failure>>,
+    served: Vec<Result<T, Failure>>,
+) -> Vec<Result<T, Failure>> {
+    let mut served = served.into_iter();
+    let missing = || Failure::new(ErrorCode::UnknownServerError, "no controller result");
+    refused
+        .into_iter()
+        .map(|r| match r {
+            Some(f) => Err(f),
+            None => served.next().unwrap_or_else(|| Err(missing())),
+        })
+        .collect()
+}
+
+/// A CreateTopics request's topics and its validate_only.
+fn parse_create(frame: &Frame) -> Result<(Vec<NewTopic>, bool), Failure> {
+    w::verify::<wire::CreateTopicsRequest>(&frame.message).map(|req| {
         let topics: Vec<NewTopic> = req
             .topics()
             .iter()
@@ -75,21 +120,45 @@ async fn create_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
             })
             .collect();
         (topics, req.validate_only())
-    });
+    })
+}
+
+async fn create_topics(
+    shard: &Rc<Shard>,
+    header: &FrameHeader,
+    frame: &Frame,
+    principal: &str,
+) -> w::Response {
+    let parsed = parse_create(frame);
     let (topics, validate_only) = match parsed {
         Ok(p) => p,
         Err(f) => return request_failed(header, ApiKey::CreateTopics, &f),
     };
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
-    let results = match shard
-        .controller(|reply| ControllerRequest::CreateTopics {
-            topics,
-            validate_only,
-            reply,
-        })
-        .await
-    {
-        Ok(r) => r,
+    let refused = refusals(
+        shard,
+        principal,
+        ApiKey::CreateTopics,
+        names.iter().map(|n| &**n),
+    );
+    let mut allowed = refused.iter().map(Option::is_none);
+    let topics: Vec<NewTopic> = topics
+        .into_iter()
+        .filter(|_| allowed.next() == Some(true))
+        .collect();
+    let served = match topics.is_empty() {
+        true => Ok(Vec::new()),
+        false => {
+            let request = |reply| ControllerRequest::CreateTopics {
+                topics,
+                validate_only,
+                reply,
+            };
+            shard.controller(request).await
+        }
+    };
+    let results = match served {
+        Ok(r) => merged(refused, r),
         Err(f) => return request_failed(header, ApiKey::CreateTopics, &f),
     };
     let mut fbb = FlatBufferBuilder::with_capacity(256);
@@ -157,7 +226,12 @@ fn created_result<'a>(
     )
 }
 
-async fn delete_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
+async fn delete_topics(
+    shard: &Rc<Shard>,
+    header: &FrameHeader,
+    frame: &Frame,
+    principal: &str,
+) -> w::Response {
     let names = match w::verify::<wire::DeleteTopicsRequest>(&frame.message) {
         Ok(req) => req
             .topic_names()
@@ -165,14 +239,29 @@ async fn delete_topics(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
             .unwrap_or_default(),
         Err(f) => return request_failed(header, ApiKey::DeleteTopics, &f),
     };
-    let results = match shard
-        .controller(|reply| ControllerRequest::DeleteTopics {
-            names: names.clone(),
-            reply,
-        })
-        .await
-    {
-        Ok(r) => r,
+    let refused = refusals(
+        shard,
+        principal,
+        ApiKey::DeleteTopics,
+        names.iter().map(|n| &**n),
+    );
+    let mut allowed = refused.iter().map(Option::is_none);
+    let served_names: Vec<String> = (names.iter())
+        .filter(|_| allowed.next() == Some(true))
+        .cloned()
+        .collect();
+    let served = match served_names.is_empty() {
+        true => Ok(Vec::new()),
+        false => {
+            let request = |reply| ControllerRequest::DeleteTopics {
+                names: served_names,
+                reply,
+            };
+            shard.controller(request).await
+        }
+    };
+    let results = match served {
+        Ok(r) => merged(refused, r),
         Err(f) => return request_failed(header, ApiKey::DeleteTopics, &f),
     };
     let mut fbb = FlatBufferBuilder::with_capacity(256);

@@ -59,7 +59,13 @@ pub async fn handle(
         | ApiKey::DeleteTopics
         | ApiKey::AlterConfigs
         | ApiKey::CreatePartitions => {
-            Box::pin(admin::controller_request(shard.clone(), api, frame))
+            let principal = principal.clone();
+            Box::pin(admin::controller_request(
+                shard.clone(),
+                api,
+                frame,
+                principal,
+            ))
         }
         ApiKey::FindCoordinator
         | ApiKey::ConsumerGroupHeartbeat
