@@ -56,6 +56,12 @@ impl<T: Gen> Gen for Option<T> {
     }
 }
 
+impl<T: Gen> Gen for Box<T> {
+    fn gen(rng: &mut StdRng) -> Self {
+        Box::new(T::gen(rng))
+    }
+}
+
 impl<T: Gen> Gen for Vec<T> {
     fn gen(rng: &mut StdRng) -> Self {
         let len = rng.gen_range(0..4);
@@ -99,6 +105,9 @@ macro_rules! gen_tables {
 // Every object API type of the schema with every field (a missing type is a compile error;
 // `every_field_is_generated` checks the field lists against the generated code).
 gen_tables! {
+    AclBindingT { principal, resource_type, resource_name, pattern_type, operation, permission },
+    AclCreationResultT { error_code, error_message },
+    AclFilterT { principal, resource_type, resource_name, pattern_type, operation, permission },
     AlterConfigsRequestT { resources, validate_only },
     AlterConfigsResourceT { resource_type, resource_name, configs },
     AlterConfigsResourceResultT { error_code, error_message, resource_type, resource_name },
@@ -115,6 +124,8 @@ gen_tables! {
     CoreEndpointT { core_id, host, port },
     CreatableTopicT { name, num_partitions, replication_factor, configs },
     CreatableTopicResultT { name, topic_id, error_code, error_message, num_partitions, replication_factor, configs },
+    CreateAclsRequestT { creations },
+    CreateAclsResponseT { error_code, error_message, results },
     CreatePartitionsRequestT { topics, timeout_ms, validate_only },
     CreatePartitionsResponseT { error_code, error_message, results },
     CreatePartitionsTopicT { name, count },
@@ -123,10 +134,15 @@ gen_tables! {
     CreateTopicsResponseT { error_code, error_message, topics },
     DeletableGroupResultT { group_id, error_code, error_message },
     DeletableTopicResultT { name, error_code, error_message },
+    DeleteAclsFilterResultT { error_code, error_message, matching_acls },
+    DeleteAclsRequestT { filters },
+    DeleteAclsResponseT { error_code, error_message, filter_results },
     DeleteGroupsRequestT { group_ids },
     DeleteGroupsResponseT { error_code, error_message, results },
     DeleteTopicsRequestT { topic_names, timeout_ms },
     DeleteTopicsResponseT { error_code, error_message, topics },
+    DescribeAclsRequestT { filter },
+    DescribeAclsResponseT { error_code, error_message, acls },
     DescribeConfigsEntryT { name, value, read_only, source, is_sensitive, documentation },
     DescribeConfigsRequestT { resources, include_documentation },
     DescribeConfigsResourceT { resource_type, resource_name, config_names },
@@ -313,6 +329,12 @@ round_trips! {
         SaslAuthenticate => SaslAuthenticateRequestT, SaslAuthenticateRequest, request;
     sasl_authenticate_response:
         SaslAuthenticate => SaslAuthenticateResponseT, SaslAuthenticateResponse, response;
+    create_acls_request: CreateAcls => CreateAclsRequestT, CreateAclsRequest, request;
+    create_acls_response: CreateAcls => CreateAclsResponseT, CreateAclsResponse, response;
+    describe_acls_request: DescribeAcls => DescribeAclsRequestT, DescribeAclsRequest, request;
+    describe_acls_response: DescribeAcls => DescribeAclsResponseT, DescribeAclsResponse, response;
+    delete_acls_request: DeleteAcls => DeleteAclsRequestT, DeleteAclsRequest, request;
+    delete_acls_response: DeleteAcls => DeleteAclsResponseT, DeleteAclsResponse, response;
 }
 
 #[test]
