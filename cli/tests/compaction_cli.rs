@@ -231,3 +231,39 @@ fn policy_alter_tombstones_and_reads_across_compaction_holes() {
         Some("keyless at the end")
     );
 }
+
+/// A data directory from before compaction: its `__consumer_offsets` had the `delete` policy
+/// and `retention.ms=-1`, so it grew without bound. After an upgrade it is compacted, with its
+/// other configs kept. Planted: the migration call removed from the controller's `load` ->
+/// describe still shows no policy and `retention.ms=-1`.
+#[test]
+fn an_offsets_topic_from_before_compaction_is_compacted_after_a_restart() {
+    let mut b = broker();
+    b.terminate(Duration::from_secs(10));
+    let path = b.data_dir().join("meta").join("metadata.json");
+    let text = std::fs::read_to_string(&path).expect("metadata.json of the stopped broker");
+    let mut image: serde_json::Value = serde_json::from_str(&text).expect("metadata is JSON");
+    let configs = image["topics"]["__consumer_offsets"]["configs"]
+        .as_object_mut()
+        .expect("the offsets topic has configs");
+    configs.remove("cleanup.policy");
+    configs.insert("retention.ms".into(), "-1".into());
+    let old = serde_json::to_vec_pretty(&image).expect("encodes");
+    std::fs::write(&path, old).expect("writes the old-style metadata");
+    b.restart();
+    let out = ok(borges(
+        &b,
+        &["topic", "describe", "__consumer_offsets"],
+        None,
+    ));
+    assert!(out.contains("cleanup.policy=compact"), "{out}");
+    assert!(!out.contains("retention.ms=-1"), "{out}");
+    assert!(
+        out.contains("durability=fsync"),
+        "other configs kept: {out}"
+    );
+    assert!(
+        b.log().contains("predates compaction"),
+        "the change is logged"
+    );
+}

@@ -262,6 +262,13 @@ impl Controller {
             .await
             .map_err(ControllerError::from)?
         };
+        let image = match offsets_topic_migration(&image) {
+            Some(change) => self
+                .commit(host, change)
+                .await
+                .map_err(ControllerError::from)?,
+            None => image,
+        };
         host.publish(image).await
     }
 
@@ -295,6 +302,12 @@ impl Controller {
         };
         let image = cluster.latest();
         if image.topics.contains_key(CONSUMER_OFFSETS_TOPIC) {
+            if let Some(change) = offsets_topic_migration(&image) {
+                let _permit = self.lock.acquire_static_permit(1).await;
+                if let Err(f) = self.commit(host, change).await {
+                    tracing::warn!("making {CONSUMER_OFFSETS_TOPIC} compacted: {f}");
+                }
+            }
             return true;
         }
         let voters = cluster.voters().max(1);
@@ -740,6 +753,31 @@ impl Controller {
     }
 }
 
+/// A `__consumer_offsets` created before compaction existed has the `delete` policy and
+/// `retention.ms=-1`, so it grows without bound: the change that makes it compacted (Kafka's
+/// policy for it), keeping its other configs; None when its policy already compacts.
+fn offsets_topic_migration(image: &MetadataImage) -> Option<MetadataChange> {
+    let topic = image.topics.get(CONSUMER_OFFSETS_TOPIC)?;
+    let compacts = topic
+        .configs
+        .get("cleanup.policy")
+        .is_some_and(|p| p.split(',').any(|v| v.trim() == "compact"));
+    if compacts {
+        return None;
+    }
+    let mut configs = topic.configs.clone();
+    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+    configs.remove("retention.ms");
+    tracing::info!(
+        "{CONSUMER_OFFSETS_TOPIC} predates compaction: setting cleanup.policy=compact \
+         (the latest commit per group and partition is kept)"
+    );
+    Some(MetadataChange::SetTopicConfigs {
+        name: CONSUMER_OFFSETS_TOPIC.to_string(),
+        configs,
+    })
+}
+
 /// Commits `change` through the metadata log and waits until every core of this broker has
 /// applied it; the image is then this broker's.
 async fn commit_to_cluster(
@@ -770,4 +808,65 @@ fn pending<T>(n: usize) -> Vec<Result<T, Failure>> {
     (0..n)
         .map(|_| Err(Failure::new(ErrorCode::UnknownServerError, "not processed")))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image_with_offsets_topic(configs: &[(&str, &str)]) -> MetadataImage {
+        let mut image = MetadataImage::new(1);
+        let topic = TopicRecord {
+            name: CONSUMER_OFFSETS_TOPIC.to_string(),
+            id: Uuid::random(),
+            internal: true,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            partitions: Vec::new(),
+        };
+        image.topics.insert(topic.name.clone(), topic);
+        image
+    }
+
+    /// Planted: `compacts` true for any policy -> an old offsets topic is left on `delete`.
+    #[test]
+    fn an_offsets_topic_from_before_compaction_becomes_compacted() {
+        let old = image_with_offsets_topic(&[
+            ("retention.ms", "-1"),
+            ("segment.bytes", "104857600"),
+            ("durability", "fsync"),
+        ]);
+        let Some(MetadataChange::SetTopicConfigs { name, configs }) = offsets_topic_migration(&old)
+        else {
+            panic!("no migration for an offsets topic without a compact policy");
+        };
+        assert_eq!(name, CONSUMER_OFFSETS_TOPIC);
+        assert_eq!(
+            configs.get("cleanup.policy").map(String::as_str),
+            Some("compact")
+        );
+        assert_eq!(
+            configs.get("retention.ms"),
+            None,
+            "retention -1 would outlive compaction"
+        );
+        assert_eq!(
+            configs.get("segment.bytes").map(String::as_str),
+            Some("104857600")
+        );
+        assert_eq!(configs.get("durability").map(String::as_str), Some("fsync"));
+        let migrated = old.apply(&MetadataChange::SetTopicConfigs { name, configs });
+        assert!(offsets_topic_migration(&migrated.expect("applies")).is_none());
+    }
+
+    #[test]
+    fn a_compacting_offsets_topic_or_none_is_left_alone() {
+        for policy in ["compact", "compact,delete", "delete, compact"] {
+            let image = image_with_offsets_topic(&[("cleanup.policy", policy)]);
+            assert!(offsets_topic_migration(&image).is_none(), "{policy}");
+        }
+        assert!(offsets_topic_migration(&MetadataImage::new(1)).is_none());
+    }
 }
