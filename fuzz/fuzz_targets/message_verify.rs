@@ -76,5 +76,8 @@ fuzz_target!(|data: &[u8]| {
         InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
         SaslHandshake => SaslHandshakeRequest, SaslHandshakeResponse;
         SaslAuthenticate => SaslAuthenticateRequest, SaslAuthenticateResponse;
+        CreateAcls => CreateAclsRequest, CreateAclsResponse;
+        DescribeAcls => DescribeAclsRequest, DescribeAclsResponse;
+        DeleteAcls => DeleteAclsRequest, DeleteAclsResponse;
     );
 });
