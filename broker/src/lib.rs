@@ -2,8 +2,9 @@
 //!
 //! Modules, from the leaves up (each names only modules before it):
 //! - `strict_assert!` (from `borges_replication`), used everywhere.
-//! - `types`, `failure`, [`metadata`], `error`, `metrics`, [`config`], `topic_config`: plain
-//!   values, error types, the metadata image and store, per-core counters;
+//! - `types`, `failure`, `durable_file`, [`metadata`], `error`, `metrics`, [`config`],
+//!   `topic_config`: plain values, error types, whole-file rewrites, the metadata image and
+//!   store, per-core counters;
 //!   `cluster_config`: the `[cluster]` settings.
 //! - `lifecycle`, `request_memory`, `admission`, `descriptors`, `mesh`: one core's
 //!   serving/shutdown state, its request memory, its connections and listeners, the descriptor
@@ -32,6 +33,7 @@ pub mod config;
 mod connection;
 mod descriptors;
 mod dispatch;
+mod durable_file;
 mod endpoint;
 mod error;
 mod failure;

@@ -13,7 +13,6 @@
 //! permission = "Allow"
 //! ```
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use borges_protocol::acl::{Acl, Operation, PatternType, Permission, ResourceType};
@@ -84,9 +83,9 @@ fn entry_to_acl(e: Entry) -> Result<Acl, String> {
 
 /// Reads an ACLs file of at most `acls_max` ACLs; a missing file holds none.
 pub fn read(path: &Path, acls_max: usize) -> Result<Vec<Acl>, AclFileError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+    let text = match crate::durable_file::read_optional(path) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(Vec::new()),
         Err(source) => {
             return Err(AclFileError::Io {
                 what: "reading",
@@ -137,34 +136,13 @@ pub fn write(path: &Path, acls: &[Acl]) -> Result<(), AclFileError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    let io = |what: &'static str| {
-        move |source| AclFileError::Io {
+    crate::durable_file::replace(path, &[HEADER.as_bytes(), text.as_bytes()], 0o666).map_err(
+        |(what, source)| AclFileError::Io {
             what,
             path: path.to_path_buf(),
             source,
-        }
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir).map_err(io("creating the directory of"))?;
-    let name = path
-        .file_name()
-        .map_or("acls".into(), |n| n.to_string_lossy().into_owned());
-    let temporary = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&temporary).map_err(io("creating a file beside"))?;
-        f.write_all(HEADER.as_bytes())
-            .and_then(|()| f.write_all(text.as_bytes()))
-            .and_then(|()| f.sync_all())
-            .map_err(io("writing"))?;
-    }
-    std::fs::rename(&temporary, path).map_err(io("replacing"))?;
-    std::fs::File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("syncing the directory of"))?;
-    Ok(())
+        },
+    )
 }
 
 #[cfg(test)]

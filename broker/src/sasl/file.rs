@@ -13,7 +13,6 @@
 //! server_key = "base64"
 //! ```
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -82,9 +81,9 @@ const HEADER: &str = "# Borges SCRAM credentials: salted and hashed, no password
 
 /// Reads a credentials file; a missing file holds no users.
 pub fn read(path: &Path) -> Result<Vec<UserCredential>, CredentialsError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+    let text = match crate::durable_file::read_optional(path) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(Vec::new()),
         Err(source) => {
             return Err(CredentialsError::Io {
                 what: "reading",
@@ -157,41 +156,13 @@ pub fn write(path: &Path, users: &[UserCredential]) -> Result<(), CredentialsErr
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    let io = |what: &'static str| {
-        move |source| CredentialsError::Io {
+    crate::durable_file::replace(path, &[HEADER.as_bytes(), text.as_bytes()], 0o600).map_err(
+        |(what, source)| CredentialsError::Io {
             what,
             path: path.to_path_buf(),
             source,
-        }
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir).map_err(io("creating the directory of"))?;
-    let name = path
-        .file_name()
-        .map_or("credentials".into(), |n| n.to_string_lossy().into_owned());
-    let temporary = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temporary)
-            .map_err(io("creating a temporary file beside"))?;
-        f.write_all(HEADER.as_bytes())
-            .and_then(|()| f.write_all(text.as_bytes()))
-            .and_then(|()| f.sync_all())
-            .map_err(io("writing"))?;
-    }
-    std::fs::rename(&temporary, path).map_err(io("replacing"))?;
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+        },
+    )
 }
 
 /// Adds or replaces `user`'s credential for its mechanism.
