@@ -91,6 +91,19 @@ async fn admin(broker: &BrokerProcess, user: &str) -> Admin {
     }
 }
 
+/// An ACL broker, the super user's admin, and `topics` (name, partitions) created by it.
+async fn broker_with_topics(topics: &[(&str, i32)]) -> (BrokerProcess, Admin) {
+    let broker = acl_broker();
+    let admin = admin(&broker, "admin").await;
+    for &(name, partitions) in topics {
+        admin
+            .create_topics(vec![NewTopic::new(name, partitions)])
+            .await
+            .unwrap();
+    }
+    (broker, admin)
+}
+
 async fn producer(broker: &BrokerProcess, user: &str, idempotent: bool) -> Producer {
     let settings = ProducerConfig {
         enable_idempotence: idempotent,
@@ -134,12 +147,7 @@ fn acl(principal: &str, op: Operation, name: &str, permission: Permission) -> Ac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() {
-    let broker = acl_broker();
-    let admin = admin(&broker, "admin").await;
-    admin
-        .create_topics(vec![NewTopic::new("t", 2)])
-        .await
-        .unwrap();
+    let (broker, admin) = broker_with_topics(&[("t", 2)]).await;
     let p = producer(&broker, "admin", true).await;
     for i in 0..3 {
         produce(&p, "t", &format!("v{i}")).await.unwrap();
@@ -464,14 +472,7 @@ async fn alice_and_carol(broker: &BrokerProcess) {
 /// partition is answered TopicAuthorizationFailed (Kafka's OffsetFetch both ways).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offset_fetch_leaves_out_topics_the_principal_may_not_describe() {
-    let broker = acl_broker();
-    let admin = admin(&broker, "admin").await;
-    for t in ["t", "secret"] {
-        admin
-            .create_topics(vec![NewTopic::new(t, 1)])
-            .await
-            .unwrap();
-    }
+    let (broker, admin) = broker_with_topics(&[("t", 1), ("secret", 1)]).await;
     let (t0, secret0) = (
         TopicPartition::new("t", 0),
         TopicPartition::new("secret", 0),
@@ -533,12 +534,7 @@ fn authorization_failures(broker: &BrokerProcess, api: &str, resource_type: &str
 /// what a listing leaves out is not counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_counted_per_api_and_resource_type() {
-    let broker = acl_broker();
-    let admin = admin(&broker, "admin").await;
-    admin
-        .create_topics(vec![NewTopic::new("t", 1)])
-        .await
-        .unwrap();
+    let (broker, admin) = broker_with_topics(&[("t", 1)]).await;
     let t0 = TopicPartition::new("t", 0);
     admin
         .alter_group_offsets("g", &[(t0.clone(), 1)])
@@ -580,12 +576,7 @@ async fn refusals_are_counted_per_api_and_resource_type() {
 /// served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_and_delete_topics_answer_per_topic() {
-    let broker = acl_broker();
-    let admin = admin(&broker, "admin").await;
-    admin
-        .create_topics(vec![NewTopic::new("other", 1)])
-        .await
-        .unwrap();
+    let (broker, admin) = broker_with_topics(&[("other", 1)]).await;
     let mut all = acl("User:alice", Operation::All, "app.", Permission::Allow);
     all.pattern = PatternType::Prefixed;
     admin.create_acls(&[all]).await.unwrap();
