@@ -381,8 +381,8 @@ fn a_corrupt_or_misplaced_batch_is_refused_whole() {
     assert!(check_fetched_records(&cut, 1).is_err(), "a batch cut short");
 }
 
-#[test]
-fn a_leader_behind_on_metadata_is_asked_again_soon() {
+/// A follower (50 ms back-off) of a 10-record log that has just sent its first Fetch.
+fn fetching_follower() -> (FollowerFetcher, ModelLog, FetchPosition) {
     let settings = FetcherSettings {
         back_off_ms: 50,
         sync_before_fetch: false,
@@ -395,13 +395,23 @@ fn a_leader_behind_on_metadata_is_asked_again_soon() {
     let FollowerStep::Fetch(p) = f.next(&log, 0) else {
         panic!("fetch")
     };
-    let answer = |error| FetchAnswer {
+    (f, log, p)
+}
+
+/// An answer with `error` and no records.
+fn answer(error: ErrorCode) -> FetchAnswer<'static> {
+    FetchAnswer {
         error,
         high_watermark: 8,
         log_start_offset: 20,
         diverging_epoch: None,
         records: &[],
-    };
+    }
+}
+
+#[test]
+fn a_leader_behind_on_metadata_is_asked_again_soon() {
+    let (mut f, log, p) = fetching_follower();
     // The broker named as leader has not applied that image yet: ask again soon, the pause
     // doubling from LEADER_BEHIND_RETRY_MS_MIN (5 ms) up to the back-off (50 ms here).
     assert_eq!(
@@ -441,25 +451,7 @@ fn a_leader_behind_on_metadata_is_asked_again_soon() {
 
 #[test]
 fn fenced_and_out_of_range_answers() {
-    let settings = FetcherSettings {
-        back_off_ms: 50,
-        sync_before_fetch: false,
-    };
-    let mut f = FollowerFetcher::new(1, 3, settings);
-    let log = ModelLog {
-        epochs: vec![1; 10],
-        synced: 10,
-    };
-    let FollowerStep::Fetch(p) = f.next(&log, 0) else {
-        panic!("fetch")
-    };
-    let answer = |error| FetchAnswer {
-        error,
-        high_watermark: 8,
-        log_start_offset: 20,
-        diverging_epoch: None,
-        records: &[],
-    };
+    let (mut f, log, p) = fetching_follower();
     assert_eq!(
         f.on_answer(&p, &answer(ErrorCode::OffsetOutOfRange), &log, 60),
         FollowerStep::RestartAt(20),
