@@ -15,12 +15,32 @@ use borges_checker::{check_history, CheckOptions, Recorder};
 use borges_client::{Producer, ProducerRecord};
 
 /// Sends acknowledged, and completed either way; the end (last acknowledged offset + 1) of
-/// each partition.
-#[derive(Default)]
+/// each partition; and how many records the stream may send so far (`send_limit`: the fault
+/// thread holds the stream back so that its faults land before the last acknowledgement, on a
+/// fast machine too).
 pub struct Progress {
     pub acked: AtomicUsize,
     pub completed: AtomicUsize,
     pub ends: Mutex<BTreeMap<i32, i64>>,
+    pub send_limit: AtomicUsize,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            acked: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            ends: Mutex::new(BTreeMap::new()),
+            send_limit: AtomicUsize::new(usize::MAX),
+        }
+    }
+}
+
+impl Progress {
+    /// Lets the stream send up to `records` records in all (`usize::MAX`: all of them).
+    pub fn limit_sends(&self, records: usize) {
+        self.send_limit.store(records, Ordering::Relaxed);
+    }
 }
 
 /// The recorded stream: `records` records to `topic`, keyed over 64 keys; with `interval`
@@ -43,6 +63,9 @@ pub async fn produce_recorded(
     let started = tokio::time::Instant::now();
     let mut pending = Vec::with_capacity(stream.records);
     for i in 0..stream.records {
+        while i >= progress.send_limit.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let value = recorder.value();
         let record = ProducerRecord::new(stream.topic)
             .key(format!("k{}", i % 64))
