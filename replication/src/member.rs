@@ -6,7 +6,12 @@
 //!
 //! Sessions live in the active controller's memory only (as in KRaft): a new leader starts
 //! every registered broker's session afresh, so a failover never fences a live broker, and
-//! only state changes (fence, unfence, controlled shutdown) become log records.
+//! only state changes (fence, unfence, controlled shutdown) become log records. One session
+//! is not fresh: the previous leader's starts at the last AppendEntries this node received
+//! from it. Raft node and broker are one process, so that is when the broker was last known
+//! to run, and a dead controller's broker is fenced a session timeout after its death rather
+//! than after the takeover (which comes an election timeout later). A previous leader that
+//! still runs heartbeats to the new one within a heartbeat interval and keeps its session.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -80,6 +85,8 @@ struct Duties {
     /// Last heartbeat per broker id, for the term in `term`.
     sessions: RefCell<HashMap<i32, Instant>>,
     term: Cell<u64>,
+    /// The last node that sent this one AppendEntries, and when.
+    leader_contact: Cell<Option<(u64, Instant)>>,
     /// Preferred-leader elections: how often, and when the last check was.
     rebalance_interval: Option<Duration>,
     rebalance_checked: Cell<Instant>,
@@ -98,14 +105,27 @@ impl Duties {
         }
         if self.term.get() != m.current_term {
             self.term.set(m.current_term);
-            let now = Instant::now();
-            let mut sessions = self.sessions.borrow_mut();
-            sessions.clear();
-            for id in self.image.borrow().brokers.keys() {
-                sessions.insert(*id, now);
-            }
+            self.restart_sessions(Instant::now());
         }
         true
+    }
+
+    /// A new term led by this node: every registered broker's session starts at `now`, but
+    /// the previous leader's at this node's last contact with it (see the module comment).
+    fn restart_sessions(&self, now: Instant) {
+        let previous = self
+            .leader_contact
+            .get()
+            .filter(|&(node, _)| node != self.node_id);
+        let mut sessions = self.sessions.borrow_mut();
+        sessions.clear();
+        for &id in self.image.borrow().brokers.keys() {
+            let seen = match previous {
+                Some((node, at)) if u64::try_from(id).ok() == Some(node) => at.min(now),
+                _ => now,
+            };
+            sessions.insert(id, seen);
+        }
     }
 
     async fn write(&self, change: MetadataChange) -> Result<ChangeReply, LinkError> {
@@ -258,6 +278,10 @@ impl LinkExtension for Duties {
         )
     }
 
+    fn heard_from_leader(&self, node_id: u64) {
+        self.leader_contact.set(Some((node_id, Instant::now())));
+    }
+
     fn handle<'a>(
         &'a self,
         key: ControllerApiKey,
@@ -352,6 +376,7 @@ impl ClusterMember {
             image: RefCell::new(Arc::new(MetadataImage::default())),
             sessions: RefCell::new(HashMap::new()),
             term: Cell::new(0),
+            leader_contact: Cell::new(None),
             rebalance_interval: config
                 .leader_rebalance_interval_ms
                 .map(|ms| Duration::from_millis(ms.max(1))),
@@ -581,5 +606,74 @@ async fn session_loop(member: std::rc::Weak<ClusterMember>) {
         drop(m);
         duties.expire_sessions().await;
         duties.rebalance_leaders().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::{BrokerRecord, BrokerRegistration, Uuid};
+
+    fn duties(node_id: u64, brokers: &[i32]) -> Duties {
+        let mut image = MetadataImage::default();
+        for &id in brokers {
+            let registration = BrokerRegistration {
+                id,
+                incarnation: Uuid::random(),
+                host: "127.0.0.1".into(),
+                port: 9000,
+                cores: Vec::new(),
+                controller_addr: String::new(),
+            };
+            image.brokers.insert(
+                id,
+                BrokerRecord {
+                    registration,
+                    epoch: 1,
+                    state: BrokerState::Running,
+                },
+            );
+        }
+        Duties {
+            node_id,
+            session_timeout: Duration::from_millis(750),
+            raft: RefCell::new(None),
+            image: RefCell::new(Arc::new(image)),
+            sessions: RefCell::new(HashMap::new()),
+            term: Cell::new(0),
+            leader_contact: Cell::new(None),
+            rebalance_interval: None,
+            rebalance_checked: Cell::new(Instant::now()),
+        }
+    }
+
+    /// A takeover starts the previous leader's session at the last contact with it, so a
+    /// dead controller's broker is fenced a session timeout after its death; every other
+    /// session starts afresh (a failover never fences a live follower).
+    #[test]
+    fn a_new_leader_starts_the_previous_leaders_session_at_its_last_contact() {
+        let d = duties(2, &[1, 2, 3]);
+        d.heard_from_leader(1);
+        let contact = d.leader_contact.get().unwrap().1;
+        let now = contact + Duration::from_millis(300);
+        d.restart_sessions(now);
+        let sessions = d.sessions.borrow();
+        assert_eq!(sessions.get(&1), Some(&contact));
+        assert_eq!(sessions.get(&2), Some(&now));
+        assert_eq!(sessions.get(&3), Some(&now));
+    }
+
+    /// Without a contact (a first election, or this node never followed anyone), and for
+    /// the node's own id, every session is fresh.
+    #[test]
+    fn without_a_previous_leader_every_session_is_fresh() {
+        let d = duties(2, &[1, 2, 3]);
+        let now = Instant::now();
+        d.restart_sessions(now);
+        assert!(d.sessions.borrow().values().all(|&seen| seen == now));
+        d.heard_from_leader(2);
+        let later = now + Duration::from_millis(10);
+        d.restart_sessions(later);
+        assert!(d.sessions.borrow().values().all(|&seen| seen == later));
     }
 }

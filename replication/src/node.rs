@@ -34,7 +34,7 @@ use crate::link::{
 use crate::log_store::{LogStore, MetaDir};
 use crate::network::{Network, RaftTuning};
 use crate::sm_store::{ApplyObserver, StateMachineStore};
-use crate::types::{Node, NodeId, Raft, RaftMetrics, StateMachine};
+use crate::types::{Node, NodeId, Raft, RaftMetrics, StateMachine, TypeConfig};
 
 /// How to run one node.
 #[derive(Debug, Clone)]
@@ -124,6 +124,9 @@ pub trait LinkExtension {
     ) -> std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<serde_json::Value, LinkError>> + 'a>,
     >;
+    /// Called with the sender of every AppendEntries this node receives (the leader, or a
+    /// node that still believes it leads): evidence that its process ran just now.
+    fn heard_from_leader(&self, _node_id: u64) {}
 }
 
 struct Shared<S: StateMachine> {
@@ -541,6 +544,11 @@ async fn dispatch<S: StateMachine>(
         },
         ControllerApiKey::RaftAppendEntries => match link::decode(&frame) {
             Ok(req) => {
+                let req: openraft::raft::AppendEntriesRequest<TypeConfig<S>> = req;
+                let from = req.vote.leader_id().voted_for();
+                if let (Some(ext), Some(from)) = (shared.extension.as_ref(), from) {
+                    ext.heard_from_leader(from);
+                }
                 conn.respond(key, corr, &Ok(raft.append_entries(req).await))
                     .await
             }
