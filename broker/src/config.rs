@@ -207,6 +207,14 @@ pub struct SaslSettings {
     pub authentication_timeout_ms: u64,
     /// Largest frame a connection may send before it has authenticated.
     pub unauthenticated_frame_size_bytes_max: u32,
+    /// The mechanism this broker's follower fetches authenticate to other brokers with
+    /// (Kafka's `sasl.mechanism.inter.broker.protocol`); unset: the first of `mechanisms`.
+    pub inter_broker_mechanism: Option<String>,
+    /// The user this broker's follower fetches authenticate as (a cluster with SASL needs
+    /// one; in Kafka the broker principal, which belongs in `security.super_users`).
+    pub inter_broker_username: Option<String>,
+    /// The file holding the inter-broker user's password (its first line); read at start-up.
+    pub inter_broker_password_file: Option<PathBuf>,
 }
 
 impl Default for SaslSettings {
@@ -217,6 +225,9 @@ impl Default for SaslSettings {
             failed_attempts_max: 3,
             authentication_timeout_ms: 10_000,
             unauthenticated_frame_size_bytes_max: 8192,
+            inter_broker_mechanism: None,
+            inter_broker_username: None,
+            inter_broker_password_file: None,
         }
     }
 }
@@ -246,6 +257,58 @@ impl SaslSettings {
             .collect()
     }
 
+    /// The mechanism of follower fetches: `inter_broker_mechanism`, else the first enabled.
+    pub fn inter_broker_mechanism(&self) -> Option<borges_protocol::scram::Mechanism> {
+        match &self.inter_broker_mechanism {
+            Some(m) => borges_protocol::scram::Mechanism::from_name(m),
+            None => self.parsed_mechanisms().first().copied(),
+        }
+    }
+
+    fn validate_inter_broker(&self, cluster: bool) -> Result<(), String> {
+        let user = self.inter_broker_username.is_some();
+        let password = self.inter_broker_password_file.is_some();
+        if !self.enabled() {
+            if user || password || self.inter_broker_mechanism.is_some() {
+                return Err(
+                    "sasl.inter_broker_*: set sasl.mechanisms too (every member of \
+                            a cluster has SASL on or off alike)"
+                        .into(),
+                );
+            }
+            return Ok(());
+        }
+        if let Some(m) = &self.inter_broker_mechanism {
+            if !self.mechanisms.iter().any(|e| e == m) {
+                return Err(format!(
+                    "sasl.inter_broker_mechanism {m:?} is not one of sasl.mechanisms"
+                ));
+            }
+        }
+        if user != password {
+            return Err(
+                "sasl.inter_broker_username and sasl.inter_broker_password_file \
+                        go together"
+                    .into(),
+            );
+        }
+        if cluster && !user {
+            return Err("sasl in a cluster: set sasl.inter_broker_username and \
+                        sasl.inter_broker_password_file (the user follower fetches \
+                        authenticate to the leaders as)"
+                .into());
+        }
+        if let Some(u) = &self.inter_broker_username {
+            let size_max = borges_protocol::scram::USERNAME_SIZE_BYTES_MAX;
+            if u.is_empty() || u.len() > size_max || u.chars().any(char::is_control) {
+                return Err(format!(
+                    "sasl.inter_broker_username: 1..={size_max} bytes, no control characters"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn validate(&self, cluster: bool) -> Result<(), String> {
         for m in &self.mechanisms {
             if borges_protocol::scram::Mechanism::from_name(m).is_none() {
@@ -266,13 +329,7 @@ impl SaslSettings {
                 "sasl.unauthenticated_frame_size_bytes_max must be at least {min}"
             ));
         }
-        if cluster && self.enabled() {
-            return Err(
-                "sasl with a cluster: not built yet (follower fetches do not authenticate); \
-                 SASL is for single brokers for now"
-                    .into(),
-            );
-        }
+        self.validate_inter_broker(cluster)?;
         Ok(())
     }
 }
@@ -804,6 +861,18 @@ impl BrokerConfig {
                 "sasl.credentials_file",
                 self.sasl.credentials_file.is_none(),
             ),
+            (
+                "sasl.inter_broker_mechanism",
+                self.sasl.inter_broker_mechanism.is_none(),
+            ),
+            (
+                "sasl.inter_broker_username",
+                self.sasl.inter_broker_username.is_none(),
+            ),
+            (
+                "sasl.inter_broker_password_file",
+                self.sasl.inter_broker_password_file.is_none(),
+            ),
             ("security.acls_file", self.security.acls_file.is_none()),
         ]
         .into_iter()
@@ -933,6 +1002,38 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         BrokerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn sasl_in_a_cluster_needs_an_inter_broker_user() {
+        let mut s = SaslSettings {
+            mechanisms: vec!["SCRAM-SHA-256".into(), "SCRAM-SHA-512".into()],
+            ..SaslSettings::default()
+        };
+        s.validate(false).unwrap();
+        let e = s.validate(true).unwrap_err();
+        assert!(e.contains("sasl.inter_broker_username"), "{e}");
+        s.inter_broker_username = Some("broker".into());
+        let e = s.validate(true).unwrap_err();
+        assert!(e.contains("go together"), "{e}");
+        s.inter_broker_password_file = Some("/etc/borges/broker.pw".into());
+        s.validate(true).unwrap();
+        assert_eq!(
+            s.inter_broker_mechanism(),
+            Some(borges_protocol::scram::Mechanism::ScramSha256)
+        );
+        s.inter_broker_mechanism = Some("SCRAM-SHA-512".into());
+        s.validate(true).unwrap();
+        assert_eq!(
+            s.inter_broker_mechanism(),
+            Some(borges_protocol::scram::Mechanism::ScramSha512)
+        );
+        s.mechanisms.truncate(1);
+        let e = s.validate(true).unwrap_err();
+        assert!(e.contains("not one of sasl.mechanisms"), "{e}");
+        s.mechanisms.clear();
+        let e = s.validate(true).unwrap_err();
+        assert!(e.contains("set sasl.mechanisms too"), "{e}");
     }
 
     #[test]

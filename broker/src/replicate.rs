@@ -18,6 +18,7 @@ use std::time::Duration;
 use borges_protocol::api::ApiKey;
 use borges_protocol::frame::{Frame, FrameDecoder};
 use borges_protocol::message::{self, MessageHead};
+use borges_protocol::scram::{self, ScramClient, ScramError};
 use borges_protocol::{wire, ErrorCode};
 use borges_replication::replica::{
     FetchAnswer, FetchPosition, FetcherSettings, FollowerFetcher, FollowerStep,
@@ -31,8 +32,11 @@ use crate::cluster::ClusterHandle;
 use crate::cluster_config::ClusterSettings;
 use crate::lifecycle::Lifecycle;
 use crate::metadata::{AlterPartition, MetadataChange, MetadataImage};
+use crate::metrics::CoreMetrics;
 use crate::partition::replica::FollowTarget;
 use crate::partition::{Partition, PartitionTable};
+use crate::sasl::client::{self as sasl_client, InterBrokerAuthError};
+use crate::sasl::{InterBrokerUser, Sasl};
 
 /// Bytes a fetch response may carry beyond its records (message and headers).
 const FETCH_RESPONSE_OVERHEAD_BYTES_MAX: u32 = 64 * 1024;
@@ -56,8 +60,37 @@ pub struct FetchContext {
     pub settings: ClusterSettings,
     /// TLS to the leaders' listeners, when `[tls]` is on.
     pub tls: Option<Arc<borges_runtime::tls::TlsContext>>,
+    /// SASL, when `[sasl]` is on: the fetchers authenticate as its inter-broker user.
+    pub sasl: Option<Arc<Sasl>>,
+    /// The core's metrics (failed authentications are counted).
+    pub metrics: Rc<CoreMetrics>,
     /// The cluster member (told when a replica's repair ends).
     pub cluster: Option<Arc<ClusterHandle>>,
+}
+
+/// Why a follower's fetch step failed.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    /// The leader did not accept this broker's inter-broker credentials (or could not prove
+    /// its own): counted in `borges_replica_fetch_authentication_failures_total`.
+    #[error("authenticating to {addr} as {user:?}: {source}")]
+    Authentication {
+        /// The leader's core address.
+        addr: SocketAddr,
+        /// The inter-broker user.
+        user: String,
+        /// What failed.
+        source: InterBrokerAuthError,
+    },
+    /// Anything else (connection, timeout, answer, log).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for FetchError {
+    fn from(e: String) -> Self {
+        FetchError::Other(e)
+    }
 }
 
 /// Starts a fetcher for every follower replica on this core that has none (after each
@@ -117,7 +150,7 @@ async fn follow(p: &Rc<Partition>, ctx: &FetchContext) {
             }
             Ok(step) => {
                 let appended = matches!(step, FollowerStep::Append { .. });
-                let done = execute(p, target, step).await;
+                let done = execute(p, target, step).await.map_err(FetchError::Other);
                 if done.is_ok() && appended && p.is_repairing() {
                     finish_repair(p, ctx).await;
                 }
@@ -126,6 +159,10 @@ async fn follow(p: &Rc<Partition>, ctx: &FetchContext) {
             Err(e) => Err(e),
         };
         if let Err(e) = result {
+            if matches!(e, FetchError::Authentication { .. }) {
+                let failures = &ctx.metrics.replica_fetch_authentication_failures;
+                failures.set(failures.get() + 1);
+            }
             tracing::warn!(partition = %p.id(), leader = target.leader, "replica fetch: {e}");
             conn = None;
             wait_role_change(p, back_off).await;
@@ -158,11 +195,15 @@ async fn fetch_once(
     fetcher: &mut FollowerFetcher,
     conn: &mut Option<LeaderConnection>,
     position: FetchPosition,
-) -> Result<Option<FollowerStep>, String> {
+) -> Result<Option<FollowerStep>, FetchError> {
     let image = ctx.table.image();
     let addr = leader_address(&image, target)?;
     if conn.as_ref().is_none_or(|c| c.addr != addr) {
-        *conn = Some(LeaderConnection::connect(addr, &ctx.settings, ctx.tls.as_deref()).await?);
+        let mut c = LeaderConnection::connect(addr, &ctx.settings, ctx.tls.as_deref()).await?;
+        if let Some(user) = ctx.sasl.as_ref().and_then(|s| s.inter_broker()) {
+            c.authenticate(user, &ctx.settings).await?;
+        }
+        *conn = Some(c);
     }
     let c = conn.as_mut().expect("connected above");
     let broker_epoch = image
@@ -423,6 +464,51 @@ impl LeaderConnection {
             buf: BytesMut::new(),
             correlation_id: 0,
         })
+    }
+
+    /// Authenticates as `user` (SaslHandshake, then the two SCRAM rounds); the leader's
+    /// server-final proof is verified.
+    async fn authenticate(
+        &mut self,
+        user: &InterBrokerUser,
+        s: &ClusterSettings,
+    ) -> Result<(), FetchError> {
+        let failed = |addr, source| FetchError::Authentication {
+            addr,
+            user: user.username.clone(),
+            source,
+        };
+        let addr = self.addr;
+        let correlation_id = self.next_correlation();
+        let request = sasl_client::handshake_request(user.mechanism, correlation_id);
+        let frame = self.round_trip(&request, s).await?;
+        sasl_client::handshake_answer(&frame).map_err(|e| failed(addr, e))?;
+        let mut scram = ScramClient::new(
+            user.mechanism,
+            &user.username,
+            user.password.as_bytes(),
+            scram::random_nonce(),
+        );
+        let scram_failed = |e: ScramError| failed(addr, e.into());
+        let client_first = scram.client_first().map_err(scram_failed)?;
+        let server_first = self.sasl_round(&client_first, s).await?;
+        let server_first = server_first.map_err(|e| failed(addr, e))?;
+        let client_final = scram.server_first(&server_first).map_err(scram_failed)?;
+        let server_final = self.sasl_round(&client_final, s).await?;
+        let server_final = server_final.map_err(|e| failed(addr, e))?;
+        scram.server_final(&server_final).map_err(scram_failed)
+    }
+
+    /// One SaslAuthenticate round: the connection's error, or the answer's.
+    async fn sasl_round(
+        &mut self,
+        auth_bytes: &[u8],
+        s: &ClusterSettings,
+    ) -> Result<Result<Vec<u8>, InterBrokerAuthError>, String> {
+        let correlation_id = self.next_correlation();
+        let request = sasl_client::authenticate_request(auth_bytes, correlation_id);
+        let frame = self.round_trip(&request, s).await?;
+        Ok(sasl_client::authenticate_answer(&frame))
     }
 
     fn next_correlation(&mut self) -> u32 {

@@ -89,6 +89,8 @@ pub struct CoreMetrics {
     pub sasl_authentications: Cell<u64>,
     /// SASL exchanges that failed (bad credentials, malformed, out of sequence).
     pub sasl_authentication_failures: Cell<u64>,
+    /// Follower fetch connections whose SASL authentication to the leader failed.
+    pub replica_fetch_authentication_failures: Cell<u64>,
     /// Requests (or parts of them) forwarded to another core.
     pub forwarded: Cell<u64>,
     /// Cleanings of compacted partitions done.
@@ -218,6 +220,7 @@ impl CoreMetrics {
             tls_plaintext_refused: zero(),
             sasl_authentications: zero(),
             sasl_authentication_failures: zero(),
+            replica_fetch_authentication_failures: zero(),
             forwarded: zero(),
             cleaner_runs: zero(),
             cleaner_bytes_in: zero(),
@@ -354,7 +357,7 @@ impl CoreMetrics {
 type CounterCell = fn(&CoreMetrics) -> &Cell<u64>;
 
 /// The per-core counters: name, help, cell.
-const COUNTERS: [(&str, &str, CounterCell); 23] = [
+const COUNTERS: [(&str, &str, CounterCell); 24] = [
     (
         "borges_bytes_received_total",
         "Bytes read from client sockets",
@@ -447,6 +450,11 @@ const COUNTERS: [(&str, &str, CounterCell); 23] = [
         "borges_sasl_authentication_failures_total",
         "SASL exchanges that failed (credentials, malformed, out of sequence)",
         |m| &m.sasl_authentication_failures,
+    ),
+    (
+        "borges_replica_fetch_authentication_failures_total",
+        "Follower fetch connections whose SASL authentication to the leader failed",
+        |m| &m.replica_fetch_authentication_failures,
     ),
     (
         "borges_cross_core_forwards_total",

@@ -10,6 +10,7 @@
 //!   `sasl.failed_attempts_max` (the last one closes the connection) and starts over at
 //!   SaslHandshake.
 
+pub mod client;
 pub mod file;
 
 use std::collections::HashMap;
@@ -43,6 +44,62 @@ pub fn check_username(name: &str) -> Result<(), String> {
 
 type Users = HashMap<(String, Mechanism), Credential>;
 
+/// The user this broker's follower fetches authenticate to other brokers as
+/// (`sasl.inter_broker_*`).
+#[derive(Clone)]
+pub struct InterBrokerUser {
+    /// The mechanism.
+    pub mechanism: Mechanism,
+    /// The username.
+    pub username: String,
+    /// The password (the first line of `sasl.inter_broker_password_file`).
+    pub password: String,
+}
+
+impl std::fmt::Debug for InterBrokerUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerUser")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the inter-broker password file: its first line, without the line ending.
+fn read_inter_broker(
+    settings: &SaslSettings,
+) -> Result<Option<InterBrokerUser>, file::CredentialsError> {
+    let (Some(username), Some(path)) = (
+        &settings.inter_broker_username,
+        &settings.inter_broker_password_file,
+    ) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| file::CredentialsError::Io {
+        what: "reading the inter-broker password file",
+        path: path.clone(),
+        source,
+    })?;
+    let password = text.lines().next().unwrap_or("").to_string();
+    let invalid = |message: &str| file::CredentialsError::Invalid {
+        path: path.clone(),
+        message: message.to_string(),
+    };
+    if password.is_empty() {
+        return Err(invalid(
+            "the inter-broker password file's first line is empty",
+        ));
+    }
+    let mechanism = settings
+        .inter_broker_mechanism()
+        .ok_or_else(|| invalid("no inter-broker mechanism (sasl.mechanisms is empty)"))?;
+    Ok(Some(InterBrokerUser {
+        mechanism,
+        username: username.clone(),
+        password,
+    }))
+}
+
 /// The process's SASL settings and credentials. Shared by every core.
 pub struct Sasl {
     mechanisms: Vec<Mechanism>,
@@ -53,6 +110,8 @@ pub struct Sasl {
     modified: Mutex<Option<SystemTime>>,
     /// Key of the stand-in salts of unknown users (random per process).
     unknown_user_key: [u8; 32],
+    /// Who this broker's follower fetches authenticate as.
+    inter_broker: Option<InterBrokerUser>,
 }
 
 impl Sasl {
@@ -68,6 +127,7 @@ impl Sasl {
             users: RwLock::new(Arc::new(Users::new())),
             modified: Mutex::new(None),
             unknown_user_key,
+            inter_broker: read_inter_broker(settings)?,
         };
         sasl.reload()?;
         Ok(sasl)
@@ -138,6 +198,11 @@ impl Sasl {
     /// The settings.
     pub fn settings(&self) -> &SaslSettings {
         &self.settings
+    }
+
+    /// The user follower fetches authenticate as, when set.
+    pub fn inter_broker(&self) -> Option<&InterBrokerUser> {
+        self.inter_broker.as_ref()
     }
 }
 

@@ -451,6 +451,8 @@ impl Shard {
                 broker_id: self.config.broker_id,
                 settings: self.config.cluster.clone(),
                 tls: self.tls(),
+                sasl: self.sasl(),
+                metrics: self.metrics().clone(),
                 cluster,
             });
         }

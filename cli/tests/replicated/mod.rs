@@ -72,9 +72,17 @@ pub async fn produce(
     values: impl IntoIterator<Item = String>,
     config: ProducerConfig,
 ) -> Sent {
-    let producer = Producer::new(client(bootstrap), config)
-        .await
-        .expect("producer");
+    produce_with(client(bootstrap), (topic, partition), values, config).await
+}
+
+/// [`produce`] with the client settings `client` (TLS, SASL).
+pub async fn produce_with(
+    client: ClientConfig,
+    (topic, partition): (&str, i32),
+    values: impl IntoIterator<Item = String>,
+    config: ProducerConfig,
+) -> Sent {
+    let producer = Producer::new(client, config).await.expect("producer");
     let mut out = Vec::new();
     for v in values {
         let outcome = send_one(&producer, topic, partition, v.clone()).await;
@@ -98,7 +106,16 @@ pub async fn read_to_high_watermark(
     topic: &str,
     partition: i32,
 ) -> (BTreeMap<i64, String>, i64) {
-    let mut consumer = Consumer::new(client(bootstrap), ConsumerConfig::default())
+    read_to_high_watermark_with(client(bootstrap), topic, partition).await
+}
+
+/// [`read_to_high_watermark`] with the client settings `client` (TLS, SASL).
+pub async fn read_to_high_watermark_with(
+    client: ClientConfig,
+    topic: &str,
+    partition: i32,
+) -> (BTreeMap<i64, String>, i64) {
+    let mut consumer = Consumer::new(client, ConsumerConfig::default())
         .await
         .expect("consumer");
     let tp = TopicPartition::new(topic, partition);

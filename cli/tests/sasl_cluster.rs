@@ -1,0 +1,174 @@
+//! SASL/SCRAM in a three-broker cluster (issue 20): every client listener requires SASL, so
+//! the followers' replica fetches authenticate to the leaders as the inter-broker user
+//! (`sasl.inter_broker_username` and `sasl.inter_broker_password_file`, Kafka's
+//! `sasl.mechanism.inter.broker.protocol` and broker principal). With the right password
+//! acks=all with min.insync.replicas=3 is acknowledged and every replica holds the same
+//! batches; with a wrong one the followers never fetch: each failure is logged and counted in
+//! `borges_replica_fetch_authentication_failures_total`, and acks=all is refused.
+
+mod replicated;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use borges_client::{ClientConfig, SaslConfig};
+use borges_testkit::cluster::{wait_until, Cluster};
+use replicated::{acks_all, check_acked, runtime, values};
+
+const TOPIC: &str = "secured";
+const ALICE_PASSWORD: &str = "alice-secret";
+const BROKER_PASSWORD: &str = "broker-secret";
+
+/// Adds `name`'s SCRAM-SHA-256 credential to `file` with `borges user create`.
+fn create_user(file: &Path, name: &str, password: &str) {
+    let mut child = Command::new(borges_testkit::borges_bin())
+        .args([
+            "user",
+            "create",
+            name,
+            "--password-stdin",
+            "--credentials-file",
+        ])
+        .arg(file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("borges user create");
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "{password}").expect("password");
+    drop(stdin);
+    assert!(child.wait().expect("wait").success(), "user create {name}");
+}
+
+/// A cluster whose brokers require SCRAM-SHA-256 and fetch as `broker` with the password
+/// `inter_broker_password`; every broker reads one credentials file (alice and broker).
+fn sasl_cluster(dir: &Path, inter_broker_password: &str) -> Cluster {
+    let credentials = dir.join("credentials.toml");
+    create_user(&credentials, "alice", ALICE_PASSWORD);
+    create_user(&credentials, "broker", BROKER_PASSWORD);
+    let password_file = dir.join("broker.pw");
+    std::fs::write(&password_file, format!("{inter_broker_password}\n")).unwrap();
+    std::fs::write(dir.join("alice.pw"), format!("{ALICE_PASSWORD}\n")).unwrap();
+    let toml = format!(
+        "heartbeat_interval_ms = 200\nsession_timeout_ms = 3000\n\n[sasl]\n\
+         mechanisms = [\"SCRAM-SHA-256\"]\ncredentials_file = {:?}\n\
+         inter_broker_username = \"broker\"\ninter_broker_password_file = {:?}\n",
+        credentials.display().to_string(),
+        password_file.display().to_string()
+    );
+    replicated::cluster(3, toml)
+}
+
+/// `topic create` as alice: replication factor 3, min.insync.replicas=3.
+fn create_topic(c: &mut Cluster, dir: &Path) {
+    let pw = dir.join("alice.pw").display().to_string();
+    c.cli(&[
+        "--sasl-mechanism",
+        "SCRAM-SHA-256",
+        "--sasl-username",
+        "alice",
+        "--sasl-password-file",
+        &pw,
+        "topic",
+        "create",
+        TOPIC,
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+        "--config",
+        "min.insync.replicas=3",
+    ]);
+}
+
+fn alice(bootstrap: &str) -> ClientConfig {
+    let sasl = SaslConfig::scram("SCRAM-SHA-256", "alice", ALICE_PASSWORD).unwrap();
+    replicated::client(bootstrap).sasl(Some(sasl))
+}
+
+/// The sum of `name`'s series on node `id`'s metrics endpoint (0 when unreachable).
+fn metric(c: &mut Cluster, id: u64, name: &str) -> u64 {
+    let Ok(mut s) = std::net::TcpStream::connect(c.node(id).metrics_addr()) else {
+        return 0;
+    };
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+const AUTH_FAILURES: &str = "borges_replica_fetch_authentication_failures_total";
+
+#[test]
+fn followers_authenticate_as_the_inter_broker_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = sasl_cluster(dir.path(), BROKER_PASSWORD);
+    create_topic(&mut c, dir.path());
+    let rt = runtime();
+    let bootstrap = c.bootstrap();
+    let sent = rt.block_on(replicated::produce_with(
+        alice(&bootstrap),
+        (TOPIC, 0),
+        values("v", 50),
+        acks_all(20, 30_000),
+    ));
+    let (log, hw) = rt.block_on(replicated::read_to_high_watermark_with(
+        alice(&bootstrap),
+        TOPIC,
+        0,
+    ));
+    let acked = check_acked(&sent, &log);
+    assert_eq!(
+        acked,
+        50,
+        "acks=all with min.insync.replicas=3 needs the followers: {sent:?}\n{}",
+        c.logs()
+    );
+    replicated::assert_replicas_identical(&mut c, TOPIC, &[1, 2, 3], hw);
+    for id in 1..=3 {
+        assert_eq!(metric(&mut c, id, AUTH_FAILURES), 0, "node {id}");
+    }
+    // Without credentials a client is refused (the listeners do require SASL).
+    let refused = rt.block_on(borges_client::Producer::new(
+        replicated::client(&bootstrap),
+        acks_all(0, 5_000),
+    ));
+    assert!(
+        refused.is_err(),
+        "a producer without credentials was served"
+    );
+}
+
+#[test]
+fn a_wrong_inter_broker_password_is_logged_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = sasl_cluster(dir.path(), "not-the-password");
+    create_topic(&mut c, dir.path());
+    wait_until("the followers' failed authentications counted", || {
+        (1..=3).any(|id| metric(&mut c, id, AUTH_FAILURES) >= 2)
+    });
+    let logs = c.logs();
+    assert!(
+        logs.contains("authenticating to") && logs.contains("as \"broker\""),
+        "no failed authentication in the logs:\n{logs}"
+    );
+    let rt = runtime();
+    let bootstrap = c.bootstrap();
+    let sent = rt.block_on(replicated::produce_with(
+        alice(&bootstrap),
+        (TOPIC, 0),
+        values("v", 1),
+        acks_all(3, 5_000),
+    ));
+    assert!(
+        sent[0].1.is_err(),
+        "acknowledged by an ISR of 3 whose followers cannot fetch: {sent:?}"
+    );
+}
