@@ -564,6 +564,10 @@ pub struct StorageSettings {
     /// Log cleaner: pause between two looks for a partition to clean (Kafka's
     /// `log.cleaner.backoff.ms`).
     pub cleaner_backoff_ms: u64,
+    /// How long a corrupt log moved aside for repair (`<topic>-<partition>.corrupt-<ms>`) is
+    /// kept for inspection once its replica is repaired; checked every
+    /// `retention_check_interval_ms`; -1: kept until removed by hand.
+    pub quarantine_retention_ms: i64,
 }
 
 impl Default for StorageSettings {
@@ -582,6 +586,7 @@ impl Default for StorageSettings {
             cleaner_io_bytes_per_s_max: 64 << 20,
             cleaner_io_buffer_bytes: 1 << 20,
             cleaner_backoff_ms: 15_000,
+            quarantine_retention_ms: 7 * 24 * 3_600_000,
         }
     }
 }
@@ -913,6 +918,9 @@ impl BrokerConfig {
                 "storage.write_buffer_bytes_max must hold at least one batch of \
                  log.max_message_bytes",
             );
+        }
+        if s.quarantine_retention_ms < -1 {
+            return fail("storage.quarantine_retention_ms must be -1 (forever) or at least 0");
         }
         Ok(())
     }

@@ -268,6 +268,38 @@ fn a_replica_recovered_with_corruption_is_repaired_from_the_leader() {
     assert_identical(&mut c, &[1, 2, 3], RECORDS);
 }
 
+/// With `storage.quarantine_retention_ms = 0`, the corrupt log moved aside goes once the
+/// replica is repaired (and not before: while the marker exists it stays).
+/// Planted: `expired_quarantines` always empty -> timed out waiting for the removal.
+#[test]
+fn a_repaired_replicas_quarantined_log_is_removed_after_its_retention() {
+    let storage = "[storage]\nquarantine_retention_ms = 0\nretention_check_interval_ms = 100\n";
+    let mut c = cluster_with(3, 2000, storage);
+    create_topic(&mut c);
+    let leader = c.leader_of(TOPIC, 0).expect("a leader") as u64;
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    produce(&c.bootstrap());
+    corrupt_below_the_recovery_point(&mut c, follower);
+    c.restart(follower);
+    assert!(c.node(follower).log().contains("moved aside"));
+    c.wait_for_every_node("the repaired follower in the ISR", |i| {
+        partition_of(i).is_some_and(|p| p.isr.len() == 3)
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !quarantined(&mut c, follower).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the quarantined log stayed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(c
+        .node(follower)
+        .log()
+        .contains("quarantined corrupt log removed"));
+    assert_identical(&mut c, &[1, 2, 3], RECORDS);
+}
+
 /// A crash cut the quarantine short: the corrupt directory was moved aside, but neither the
 /// new directory nor its marker were written yet (simulated: follower `f` killed with SIGKILL
 /// and its partition directory renamed as `repair::quarantine` does).

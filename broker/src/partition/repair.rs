@@ -5,7 +5,8 @@
 //! When the storage refuses to open a replicated partition because of corrupt data before its
 //! recovery point (`StorageError::Corrupt`), the broker does not serve that log and does not
 //! cut it silently either: the directory is moved aside (`<topic>-<partition>.corrupt-<ms>`,
-//! kept for inspection), an empty log is opened in its place with the marker file
+//! kept for inspection for `storage.quarantine_retention_ms` once the repair is over), an
+//! empty log is opened in its place with the marker file
 //! [`REPAIR_MARKER_FILE`], and the replica fetches everything from the leader as a follower.
 //! While the marker exists (it survives restarts) the replica is *under repair*:
 //!
@@ -148,6 +149,54 @@ pub async fn resume_interrupted(storage: &CoreStorage, dir: &Path) -> Result<boo
     Ok(true)
 }
 
+/// Quarantined logs in `data_dir` (`<topic>-<partition>.corrupt-<ms>`) that may go: moved aside
+/// at least `retention_ms` before `now_ms`, and their partition no longer under repair (its
+/// directory holds no marker; while it does, [`resume_interrupted`] may need the sibling).
+/// `retention_ms` < 0 keeps them forever. Names that do not parse are kept.
+pub fn expired_quarantines(data_dir: &Path, now_ms: i64, retention_ms: i64) -> Vec<PathBuf> {
+    if retention_ms < 0 {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return Vec::new();
+    };
+    let mut expired = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((partition, at)) = name.rsplit_once(".corrupt-") else {
+            continue;
+        };
+        let Ok(at_ms) = at.parse::<i64>() else {
+            continue;
+        };
+        let repairing = data_dir.join(partition).join(REPAIR_MARKER_FILE).exists();
+        if !repairing && now_ms.saturating_sub(at_ms) >= retention_ms {
+            expired.push(entry.path());
+        }
+    }
+    expired.sort();
+    expired
+}
+
+/// Removes the [`expired_quarantines`] of `data_dir` (off the executor: a quarantined log can
+/// be large). Returns how many went.
+pub async fn remove_expired_quarantines(data_dir: &Path, now_ms: i64, retention_ms: i64) -> usize {
+    let expired = expired_quarantines(data_dir, now_ms, retention_ms);
+    let mut removed = 0;
+    for dir in expired {
+        let path = dir.clone();
+        match borges_runtime::task::spawn_blocking(move || std::fs::remove_dir_all(&path)).await {
+            Ok(()) => {
+                removed += 1;
+                tracing::warn!(dir = %dir.display(), retention_ms,
+                    "quarantined corrupt log removed (quarantine_retention_ms passed)");
+            }
+            Err(e) => tracing::error!(dir = %dir.display(), "removing a quarantined log: {e}"),
+        }
+    }
+    removed
+}
+
 /// Whether `dir` holds a segment file.
 fn holds_segments(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
@@ -197,5 +246,44 @@ impl Partition {
         tracing::warn!(partition = %self.id, log_end_offset = end, leader_high_watermark = hw,
             "replica repaired from the leader: it may lead again");
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(root: &Path, name: &str) {
+        std::fs::create_dir_all(root.join(name)).unwrap();
+        std::fs::write(root.join(name).join("00000000000000000000.log"), b"x").unwrap();
+    }
+
+    /// Only quarantines past their retention whose partition is repaired go; a partition
+    /// still under repair keeps its (possibly needed) sibling; unparsable names stay.
+    /// Planted: the marker check removed -> t-1's quarantine listed too.
+    #[test]
+    fn expired_quarantines_are_old_ones_of_repaired_partitions() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        dir(root, "t-0");
+        dir(root, "t-0.corrupt-1000");
+        dir(root, "t-1");
+        std::fs::write(root.join("t-1").join(REPAIR_MARKER_FILE), b"repairing").unwrap();
+        dir(root, "t-1.corrupt-1000");
+        dir(root, "t-2.corrupt-9500");
+        dir(root, "t-3.corrupt-x");
+        dir(root, "deleted-topic-0.corrupt-2000");
+        let expired = expired_quarantines(root, 10_000, 1_000);
+        let names: Vec<String> = expired
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["deleted-topic-0.corrupt-2000", "t-0.corrupt-1000"]);
+        assert_eq!(
+            expired_quarantines(root, 10_000, 9_001),
+            Vec::<PathBuf>::new()
+        );
+        assert_eq!(expired_quarantines(root, 10_000, -1), Vec::<PathBuf>::new());
+        assert_eq!(expired_quarantines(root, 10_000, 500).len(), 3);
     }
 }

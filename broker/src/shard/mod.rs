@@ -547,12 +547,19 @@ impl Shard {
             .retention_check_interval_ms
             .min(s.recovery_checkpoint_interval_ms)
             .max(10);
+        let mut quarantines_checked = i64::MIN;
         loop {
             time::sleep(Duration::from_millis(period)).await;
             if self.lifecycle.is_shutting_down() {
                 return;
             }
             let now = time::now_ms();
+            let interval = s.retention_check_interval_ms as i64;
+            if self.id == 0 && now.saturating_sub(quarantines_checked) >= interval {
+                quarantines_checked = now;
+                let (dir, keep) = (&self.config.data_dir, s.quarantine_retention_ms);
+                crate::partition::repair::remove_expired_quarantines(dir, now, keep).await;
+            }
             for p in self.partitions.all() {
                 if let Err(e) = p.tick(now).await {
                     let (topic, partition) = (&p.id().topic, p.id().partition);
