@@ -18,9 +18,14 @@
 #                       space than this (Borges preallocates segments per partition) [20]
 #   --report-only       only (re)write notes.md and report.md from DIR/raw/*.json
 #                       (needs --out DIR)
+#   --kafka-tools yes|no after each Kafka run of a maximum-rate workload, also run Kafka's own
+#                       ProducerPerformance (and ConsumerPerformance when the workload has a
+#                       consumer) on a fresh Kafka with the same settings and placement [yes]
 #
-# Writes DIR/raw/<workload>-<system>[-<round>].{json,txt}, DIR/commands.txt, DIR/notes.md and,
-# through `borges-loadgen report`, DIR/report.md with SVG charts.
+# Writes DIR/raw/<workload>-<system>[-<round>].{json,txt} (system: borges, kafka, and
+# kafkatools for Kafka's own tools), DIR/runs.tsv (load average before and after each run),
+# DIR/commands.txt, DIR/notes.md and, through `borges-loadgen report`, DIR/report.md with SVG
+# charts; the tools' figures go beside the Kafka driver's at the top of the report.
 #
 # Like against like: each workload's `[topic] durability` is applied to both systems:
 #   fsync -> Borges topic config durability=fsync (group-commit fdatasync before acks=all);
@@ -28,6 +33,9 @@
 #            (fsync of every append before the produce response).
 #   none  -> Borges durability=none; Kafka's default (no fsync, page cache only).
 #   interval -> Borges durability=interval + flush.ms; Kafka flush.ms (same interval).
+#
+# Environment: BORGES_LOADGEN_KAFKA_CONFIG=KEY=VALUE,... adds librdkafka properties to the Kafka
+# driver (`producer.`/`consumer.` prefixes for one client; see loadgen/src/driver/kafka.rs).
 #
 # Needs: a Rust toolchain; Debian packages cmake and libcurl4-openssl-dev (librdkafka is built
 # from the rdkafka crate's bundled sources); Java 17+ and Maven for scripts/kafka.sh.
@@ -46,6 +54,7 @@ out=""
 kafka_heap=1G
 min_free_gb=20
 report_only=0
+kafka_tools=yes
 workloads=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -59,7 +68,8 @@ while [ $# -gt 0 ]; do
         --kafka-heap) kafka_heap="$2"; shift 2 ;;
         --min-free-gb) min_free_gb="$2"; shift 2 ;;
         --report-only) report_only=1; shift ;;
-        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --kafka-tools) kafka_tools="$2"; shift 2 ;;
+        -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "unknown option $1" >&2; exit 2 ;;
         *) workloads+=("$1"); shift ;;
     esac
@@ -107,7 +117,7 @@ free_gb() { # free GiB on the file system of $1
 }
 
 write_notes() {
-    local load_before load_after
+    local load_before load_after kafka_heap_used
     load_before="$(cat "$out/load_before" 2>/dev/null || echo unknown)"
     load_after="$(cat "$out/load_after" 2>/dev/null || echo unknown)"
     {
@@ -117,7 +127,11 @@ write_notes() {
             "git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- broker storage runtime client 2>/dev/null || echo ' (with uncommitted changes in broker/storage/runtime/client)')"
         echo "- brokers pinned to CPUs \`$broker_cpus\` (taskset), load generator to CPUs \`$loadgen_cpus\`;" \
             "Borges with \`--cores $broker_cores\`; Kafka $(grep -o '<kafka.version>[^<]*' scripts/kafka/pom.xml | cut -d'>' -f2)" \
-            "(KRaft, combined broker+controller, heap $kafka_heap, $(java -version 2>&1 | head -1))"
+            "(KRaft, combined broker+controller, $(java -version 2>&1 | head -1))"
+        kafka_heap_used="$(cat "$out/kafka_heap" 2>/dev/null || echo "$kafka_heap")"
+        echo "- Kafka broker JVM: \`$(scripts/kafka.sh broker-jvm-options "$kafka_heap_used")\`;" \
+            "Kafka's tools (ProducerPerformance, ConsumerPerformance) JVM:" \
+            "\`$(scripts/kafka.sh tool-jvm-options)\`, pinned to the load generator's CPUs"
         echo "- load average before: $load_before; after: $load_after (other processes on the machine add noise)"
         echo "- each run uses a freshly started broker with an empty temporary data directory"
         echo "- durability, like against like: \`fsync\` = Borges \`durability=fsync\` (group-commit fdatasync" \
@@ -126,11 +140,21 @@ write_notes() {
         echo "- throughput at \`rate=max\` is found by rate discovery or unthrottled sending (see each workload);" \
             "latency is measured from the intended send time (no coordinated omission); MB = 2^20 bytes of record values"
         echo
+        if [ -s "$out/runs.tsv" ]; then
+            echo "Load average (1, 5, 15 min, from /proc/loadavg) before and after each run:"
+            echo
+            echo "| run | started (UTC) | load before | load after |"
+            echo "|---|---|---|---|"
+            awk -F'\t' '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}' "$out/runs.tsv"
+            echo
+        fi
         echo "Commands:"
         echo
         echo '```'
         cat "$out/commands.txt" 2>/dev/null
         echo '```'
+        echo
+        python3 scripts/kafka/perf_tools.py table "$out"
     } >"$out/notes.md"
 }
 
@@ -170,6 +194,7 @@ mkdir -p "$out/raw"
 commands="$out/commands.txt"
 touch "$commands"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$out/started"
+echo "$kafka_heap" >"$out/kafka_heap"
 cut -d' ' -f1-3 /proc/loadavg >"$out/load_before"
 data_root="${TMPDIR:-/tmp}"
 
@@ -217,7 +242,11 @@ start_borges() {
 
 run_loadgen() { # system file port pid tag
     local system="$1" file="$2" port="$3" pid="$4" tag="$5"
-    local cmd=(taskset -c "$loadgen_cpus" "$loadgen" run --workload "$file" --driver "$system"
+    local cmd=()
+    # Extra librdkafka properties (experiments) are part of the recorded command.
+    [ "$system" = kafka ] && [ -n "${BORGES_LOADGEN_KAFKA_CONFIG:-}" ] &&
+        cmd=(env "BORGES_LOADGEN_KAFKA_CONFIG=$BORGES_LOADGEN_KAFKA_CONFIG")
+    cmd+=(taskset -c "$loadgen_cpus" "$loadgen" run --workload "$file" --driver "$system"
         --bootstrap "127.0.0.1:$port" --broker-pid "$pid" --json "$out/raw/$tag.json")
     [ -n "$duration_s" ] && cmd+=(--duration-s "$duration_s")
     record "${cmd[@]}"
@@ -252,6 +281,76 @@ run_kafka() { # file durability tag
     scripts/kafka.sh stop || true
 }
 
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+timed() { # tag command...: runs the command, appends tag, start time and load to runs.tsv
+    local tag="$1" started before
+    shift
+    started="$(date -u +%H:%M:%S)"
+    before="$(loadavg)"
+    "$@"
+    printf '%s\t%s\t%s\t%s\n' "$tag" "$started" "$before" "$(loadavg)" >>"$out/runs.tsv"
+}
+
+tool_run() { # command...: records the command, runs it, its output on stdout
+    record "$@"
+    local a class=""
+    for a in "$@"; do [[ "$a" == org.apache.kafka.* ]] && class="${a##*.}"; done
+    echo "## $class: load average $(loadavg)"
+    "$@" 2>&1 | grep -v -e '^\s' -e 'AbstractConfig)$' -e '^\*' -e 'KIP-848' || true
+}
+
+run_kafka_tools() { # loadgen-kafka-result.json tag
+    local json="$1" tag="$2" port cport topic=perf-tools txt="$out/raw/$2.txt"
+    [ -s "$json" ] || { log "no Kafka driver result $json: tools skipped"; return 0; }
+    local TOOL_PARTITIONS TOOL_RECORD_SIZE TOOL_RECORDS TOOL_WARMUP_RECORDS TOOL_CONSUMERS
+    local TOOL_BACKLOG TOOL_TOPIC_CONFIG TOOL_PRODUCER_PROPS TOOL_CONSUMER_PROPS TOOL_NOTES
+    eval "$(python3 scripts/kafka/perf_tools.py plan "$json")"
+    port="$(free_port)"
+    cport="$(free_port)"
+    local kdur=none
+    [[ "$TOOL_TOPIC_CONFIG" == flush.messages=* ]] && kdur=fsync
+    local cmd=(scripts/kafka.sh start --port "$port" --controller-port "$cport" --cpus "$broker_cpus"
+        --heap "$kafka_heap" --durability "$kdur")
+    record "${cmd[@]}"
+    if ! "${cmd[@]}" >/dev/null; then
+        log "kafka did not start: $tag"
+        return 0
+    fi
+    local bs="127.0.0.1:$port" t=(scripts/kafka.sh tool --cpus "$loadgen_cpus")
+    local create=("${t[@]}" org.apache.kafka.tools.TopicCommand --bootstrap-server "$bs" --create
+        --topic "$topic" --partitions "$TOOL_PARTITIONS" --replication-factor 1)
+    [ -n "$TOOL_TOPIC_CONFIG" ] && create+=(--config "$TOOL_TOPIC_CONFIG")
+    local prod=("${t[@]}" org.apache.kafka.tools.ProducerPerformance --topic "$topic"
+        --num-records "$TOOL_RECORDS" --record-size "$TOOL_RECORD_SIZE" --throughput -1)
+    [ "$TOOL_WARMUP_RECORDS" -gt 0 ] && prod+=(--warmup-records "$TOOL_WARMUP_RECORDS")
+    # shellcheck disable=SC2206 # the properties are words
+    prod+=(--command-property "bootstrap.servers=$bs" $TOOL_PRODUCER_PROPS)
+    local cons=("${t[@]}" org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$bs"
+        --topic "$topic" --num-records "$TOOL_RECORDS" --timeout 60000 --group perf-tools)
+    local p
+    for p in $TOOL_CONSUMER_PROPS; do cons+=(--command-property "$p"); done
+    {
+        [ -n "$TOOL_NOTES" ] && echo "## note: $TOOL_NOTES"
+        tool_run "${create[@]}"
+        if [ "$TOOL_BACKLOG" = 1 ]; then
+            tool_run "${prod[@]}"
+            tool_run "${cons[@]}"
+        elif [ "$TOOL_CONSUMERS" = 1 ]; then
+            tool_run "${cons[@]}" >"$txt.consumer" &
+            local cpid=$!
+            tool_run "${prod[@]}"
+            wait "$cpid" || true
+            cat "$txt.consumer"
+            rm -f "$txt.consumer"
+        else
+            tool_run "${prod[@]}"
+        fi
+        echo "load average: $(loadavg)"
+    } | tee "$txt"
+    scripts/kafka.sh stop || true
+}
+
 for round in $(seq 1 "$rounds"); do
     for file in "${files[@]}"; do
         name="$(basename "$file" .toml)"
@@ -269,9 +368,14 @@ for round in $(seq 1 "$rounds"); do
             fi
             log "round $round: $name on $system (durability=$durability)"
             if [ "$system" = borges ]; then
-                run_borges "$file" "$name-borges$suffix"
+                timed "$name-borges$suffix" run_borges "$file" "$name-borges$suffix"
             else
-                run_kafka "$file" "$durability" "$name-kafka$suffix"
+                timed "$name-kafka$suffix" run_kafka "$file" "$durability" "$name-kafka$suffix"
+                if [ "$kafka_tools" = yes ] && [ "$(toml_value "$file" rate_records_s)" = 0 ]; then
+                    log "round $round: $name with Kafka's own perf tools"
+                    timed "$name-kafkatools$suffix" run_kafka_tools \
+                        "$out/raw/$name-kafka$suffix.json" "$name-kafkatools$suffix"
+                fi
             fi
         done
     done

@@ -7,6 +7,11 @@
 #   scripts/kafka.sh stop               stop it cleanly (SIGTERM, then SIGKILL after a timeout)
 #   scripts/kafka.sh status             say whether it runs; exit 1 if not
 #   scripts/kafka.sh pid                print the broker's process id
+#   scripts/kafka.sh tool [--cpus LIST] CLASS ARGS...
+#                                       run one of Kafka's own tools from the same jars, e.g.
+#                                       org.apache.kafka.tools.ProducerPerformance; JVM as in
+#                                       kafka-producer-perf-test.sh (-Xmx512M [KAFKA_TOOL_HEAP]),
+#                                       logging at WARN
 #
 # Options for `start` (or the environment variables in brackets):
 #   --port N             client listener on 127.0.0.1:N            [KAFKA_PORT, 9092]
@@ -182,9 +187,9 @@ start() {
     local pin=()
     [ -n "$cpus" ] && pin=(taskset -c "$cpus")
     # JVM options as in Kafka's kafka-server-start.sh / kafka-run-class.sh.
-    local jvm=(-Xms"$heap" -Xmx"$heap" -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20
-        -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
-        -XX:MaxInlineLevel=15 -Djava.awt.headless=true "${jvm_log[@]}")
+    local jvm
+    # shellcheck disable=SC2207 # the options are words
+    jvm=($(broker_jvm_options "$heap") "${jvm_log[@]}")
     : >"$logf"
     # setsid: the broker gets its own session so that it outlives this script.
     setsid "${pin[@]}" java "${jvm[@]}" -cp "$cp" kafka.Kafka "$cfg" >>"$logf" 2>&1 </dev/null &
@@ -220,6 +225,39 @@ stop() {
     log "stopped (pid $pid)"
 }
 
+# The broker's JVM options, as in Kafka's kafka-server-start.sh / kafka-run-class.sh.
+broker_jvm_options() {
+    echo "-Xms$1 -Xmx$1 -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20" \
+        "-XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent" \
+        "-XX:MaxInlineLevel=15 -Djava.awt.headless=true"
+}
+
+# Kafka's perf scripts (kafka-producer-perf-test.sh, kafka-consumer-perf-test.sh) set
+# KAFKA_HEAP_OPTS=-Xmx512M; kafka-run-class.sh adds the G1 options used for the broker.
+tool_jvm_options() {
+    echo "-Xmx${KAFKA_TOOL_HEAP:-512M} -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20" \
+        "-XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent" \
+        "-XX:MaxInlineLevel=15 -Djava.awt.headless=true"
+}
+
+tool() {
+    local cpus=""
+    if [ "${1:-}" = --cpus ]; then cpus="$2"; shift 2; fi
+    [ $# -gt 0 ] || die "tool needs a class name"
+    install
+    mkdir -p "$RUN_DIR"
+    local log4j="$RUN_DIR/tool-log4j2.properties"
+    printf '%s\n' 'status = warn' 'appender.err.type = Console' 'appender.err.name = STDERR' \
+        'appender.err.target = SYSTEM_ERR' 'appender.err.layout.type = PatternLayout' \
+        'appender.err.layout.pattern = [%d] %p %m (%c)%n' 'rootLogger.level = WARN' \
+        'rootLogger.appenderRef.err.ref = STDERR' >"$log4j"
+    local pin=()
+    [ -n "$cpus" ] && pin=(taskset -c "$cpus")
+    # shellcheck disable=SC2046 # the options are words
+    exec "${pin[@]}" java $(tool_jvm_options) -Dlog4j2.configurationFile="$log4j" \
+        -cp "$LIB_DIR/*" "$@"
+}
+
 status() {
     local pid
     if pid="$(pid_of)"; then
@@ -238,5 +276,8 @@ case "$cmd" in
     stop) stop ;;
     status) status ;;
     pid) pid_of ;;
-    *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    tool) tool "$@" ;;
+    tool-jvm-options) tool_jvm_options ;;
+    broker-jvm-options) broker_jvm_options "${1:-${KAFKA_HEAP:-1G}}" ;;
+    *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -97,6 +97,9 @@ pub fn rows(c: &Comparison) -> Vec<Row> {
         ("consume throughput (MB/s)", Better::Higher, |r| {
             Some(r.summary.consume_throughput_mb_s)
         }),
+        ("publish latency avg (ms)", Better::Lower, |r| {
+            Some(r.summary.publish.mean_ms)
+        }),
         ("publish latency p50 (ms)", Better::Lower, |r| {
             Some(r.summary.publish.p50_ms)
         }),
@@ -111,6 +114,9 @@ pub fn rows(c: &Comparison) -> Vec<Row> {
         }),
         ("publish latency max (ms)", Better::Lower, |r| {
             Some(r.summary.publish.max_ms)
+        }),
+        ("end-to-end latency avg (ms)", Better::Lower, |r| {
+            nonzero(r.summary.e2e.count, r.summary.e2e.mean_ms)
         }),
         ("end-to-end latency p50 (ms)", Better::Lower, |r| {
             nonzero(r.summary.e2e.count, r.summary.e2e.p50_ms)
@@ -290,6 +296,9 @@ pub fn write_report(
          rate latency mostly shows how much is queued).\n\n",
     );
     md.push_str(&headline_table(&comparisons));
+    for scale in SCALES {
+        md.push_str(&scale_section(&comparisons, &scale, out_dir)?);
+    }
     for c in &comparisons {
         md.push_str(&workload_section(c, out_dir)?);
     }
@@ -299,6 +308,159 @@ pub fn write_report(
         source,
     })?;
     Ok(path)
+}
+
+/// Workloads that vary one thing (`scale-partitions-*`, `scale-records-*`): a table and two
+/// charts over it.
+pub struct Scale {
+    /// Workload name prefix.
+    pub prefix: &'static str,
+    /// What varies, for the axis.
+    pub label: &'static str,
+    /// The varied value of a run.
+    pub x: fn(&RunResult) -> f64,
+}
+
+/// The scales the report draws.
+pub const SCALES: [Scale; 2] = [
+    Scale {
+        prefix: "scale-partitions-",
+        label: "partitions",
+        x: |r| f64::from(r.workload.partitions_per_topic),
+    },
+    Scale {
+        prefix: "scale-records-",
+        label: "record size (bytes)",
+        x: |r| r.workload.record_size_bytes as f64,
+    },
+];
+
+/// One point of a scale: the varied value and each system's run.
+type ScalePoint<'c> = (f64, Option<&'c RunResult>, Option<&'c RunResult>);
+
+fn scale_points<'c>(comparisons: &'c [Comparison], scale: &Scale) -> Vec<ScalePoint<'c>> {
+    let mut points: Vec<ScalePoint<'c>> = comparisons
+        .iter()
+        .filter(|c| c.workload.starts_with(scale.prefix))
+        .filter_map(|c| {
+            let any = c.subject.as_ref().or(c.baseline.as_ref())?;
+            Some(((scale.x)(any), c.subject.as_ref(), c.baseline.as_ref()))
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+}
+
+/// Broker RSS per partition in KiB.
+fn rss_per_partition_kib(r: &RunResult) -> Option<f64> {
+    let partitions = f64::from(r.workload.partitions_per_topic) * f64::from(r.workload.topics);
+    r.summary
+        .broker_rss_bytes_max
+        .map(|b| b as f64 / 1024.0 / partitions.max(1.0))
+}
+
+/// The table and charts of one scale; empty when no workload of it ran.
+pub fn scale_section(
+    comparisons: &[Comparison],
+    scale: &Scale,
+    out_dir: &Path,
+) -> Result<String, LoadgenError> {
+    let points = scale_points(comparisons, scale);
+    if points.is_empty() {
+        return Ok(String::new());
+    }
+    let mut md = format!("\n## Over {}\n\n", scale.label);
+    let _ = writeln!(
+        md,
+        "| {} | Borges MB/s | Kafka MB/s | Borges p99 ms | Kafka p99 ms \
+         | Borges CPU-s/GiB | Kafka CPU-s/GiB | Borges RSS KiB/partition \
+         | Kafka RSS KiB/partition |",
+        scale.label
+    );
+    let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (x, s, b) in &points {
+        let get = |f: fn(&RunResult) -> Option<f64>| (cell(s.and_then(f)), cell(b.and_then(f)));
+        let tp = get(|r| Some(r.summary.throughput_mb_s));
+        let p99 = get(|r| Some(r.summary.publish.p99_ms));
+        let cpu = get(|r| r.summary.broker_cpu_s_per_gib);
+        let rss = get(rss_per_partition_kib);
+        let _ = writeln!(
+            md,
+            "| {x} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            tp.0, tp.1, p99.0, p99.1, cpu.0, cpu.1, rss.0, rss.1
+        );
+    }
+    let stem = scale.prefix.trim_end_matches('-');
+    let tp_chart = format!("{stem}-throughput.svg");
+    let p99_chart = format!("{stem}-p99.svg");
+    scale_chart(&points, scale, false, &out_dir.join(&tp_chart))?;
+    scale_chart(&points, scale, true, &out_dir.join(&p99_chart))?;
+    let _ = writeln!(
+        md,
+        "\n![throughput over {0}]({tp_chart})\n\n![publish p99 over {0}]({p99_chart})",
+        scale.label
+    );
+    Ok(md)
+}
+
+/// Throughput or publish p99 over the scale's values, log-log, one line per system.
+fn scale_chart(
+    points: &[ScalePoint<'_>],
+    scale: &Scale,
+    p99: bool,
+    path: &Path,
+) -> Result<(), LoadgenError> {
+    let value = |r: &RunResult| {
+        if p99 {
+            r.summary.publish.p99_ms.max(0.001)
+        } else {
+            r.summary.throughput_mb_s
+        }
+    };
+    let series = |subject: bool| -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .filter_map(|(x, s, b)| if subject { *s } else { *b }.map(|r| (*x, value(r))))
+            .collect()
+    };
+    let all: Vec<f64> = series(true)
+        .into_iter()
+        .chain(series(false))
+        .map(|p| p.1)
+        .collect();
+    let x_min = points.first().map_or(1.0, |p| p.0).max(1.0) / 1.5;
+    let x_max = points.last().map_or(10.0, |p| p.0).max(2.0) * 1.5;
+    let (what, unit) = if p99 {
+        ("publish p99", "milliseconds (log scale)")
+    } else {
+        ("throughput", "MB/s (2^20 bytes, log scale)")
+    };
+    let root = canvas(path)?;
+    let caption = format!("{what} over {}", scale.label);
+    let mut chart = chart_frame(&root, &caption)
+        .build_cartesian_2d(
+            (x_min..x_max).log_scale(),
+            log_range(all.iter().copied()).log_scale(),
+        )
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("{} (log scale)", scale.label))
+        .y_desc(unit)
+        .draw()
+        .map_err(draw_err)?;
+    for (subject, driver) in [(true, SUBJECT), (false, BASELINE)] {
+        let style = series_color(driver).stroke_width(3);
+        let pts = series(subject);
+        if pts.is_empty() {
+            continue;
+        }
+        draw_line(&mut chart, pts.clone(), style, driver.to_string())?;
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, style.filled())))
+            .map_err(draw_err)?;
+    }
+    finish_chart(chart, &root, SeriesLabelPosition::UpperRight)
 }
 
 fn machine_section(comparisons: &[Comparison]) -> String {
@@ -644,6 +806,14 @@ mod tests {
             .find(|r| r.metric == "publish latency p99.9 (ms)")
             .unwrap();
         assert_eq!(lat.ratio(), Some(0.15));
+        let avg = r
+            .iter()
+            .find(|r| r.metric == "publish latency avg (ms)")
+            .unwrap();
+        assert_eq!(
+            avg.subject,
+            Some(c.subject.as_ref().unwrap().summary.publish.mean_ms)
+        );
         // No consumer ran: no end-to-end rows.
         assert!(!r.iter().any(|r| r.metric.starts_with("end-to-end")));
     }
@@ -685,6 +855,43 @@ mod tests {
             t.contains("| publish throughput (MB/s) | 1.00 | - | - | higher |"),
             "{t}"
         );
+    }
+
+    fn scaled(driver: &str, partitions: u32, mb_s: f64) -> RunResult {
+        let mut r = sample_result(driver, mb_s, 1.0);
+        r.workload.name = format!("scale-partitions-{partitions}-1kb");
+        r.workload.partitions_per_topic = partitions;
+        r.summary.broker_rss_bytes_max = Some(u64::from(partitions) * 2048);
+        r
+    }
+
+    #[test]
+    fn scale_section_orders_by_the_varied_value_and_draws_charts() {
+        let dir = tempfile::tempdir().unwrap();
+        let comparisons = group(vec![
+            scaled("borges", 1000, 700.0),
+            scaled("kafka", 1000, 15.0),
+            scaled("borges", 16, 800.0),
+            scaled("kafka", 16, 290.0),
+            sample_result("borges", 1.0, 1.0),
+        ]);
+        let md = scale_section(&comparisons, &SCALES[0], dir.path()).unwrap();
+        let first = md.find("| 16 | 800 | 290 |").expect(&md);
+        let second = md.find("| 1000 | 700 | 15.0 |").expect(&md);
+        assert!(first < second, "{md}");
+        // 2 KiB of RSS per partition on both sides.
+        assert!(md.contains("| 2.00 | 2.00 |"), "{md}");
+        assert!(!md.contains("| w1"), "{md}");
+        for chart in [
+            "scale-partitions-throughput.svg",
+            "scale-partitions-p99.svg",
+        ] {
+            let svg = std::fs::read_to_string(dir.path().join(chart)).unwrap();
+            assert!(svg.contains("borges") && svg.contains("kafka"), "{chart}");
+        }
+        assert!(scale_section(&comparisons, &SCALES[1], dir.path())
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

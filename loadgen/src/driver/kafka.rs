@@ -5,6 +5,10 @@
 //! to the [`ClientStats`]. Consumer: a `BaseConsumer` with an explicit assignment and no offset
 //! commits. Durability maps to topic configs: `fsync` -> `flush.messages=1`, `interval` ->
 //! `flush.ms`, `none` -> Kafka's default.
+//!
+//! Extra librdkafka properties for experiments come from the environment variable
+//! [`CONFIG_ENV`] (`KEY=VALUE,...`; a `producer.` or `consumer.` prefix limits one to that
+//! client); they are applied last and listed in the result's driver information.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +41,57 @@ const POLL_RECORDS_MAX: usize = 10_000;
 /// librdkafka's upper bound for `queue.buffering.max.messages`.
 const QUEUE_MESSAGES_MAX: usize = 2_000_000;
 
+/// Environment variable with extra librdkafka properties, applied after the driver's own.
+pub const CONFIG_ENV: &str = "BORGES_LOADGEN_KAFKA_CONFIG";
+
+/// Which client an extra property is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// The producer only (`producer.` prefix).
+    Producer,
+    /// The consumer only (`consumer.` prefix).
+    Consumer,
+    /// Both (no prefix).
+    Both,
+}
+
+/// One extra librdkafka property from [`CONFIG_ENV`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigOverride {
+    /// The client it applies to.
+    pub client: ClientKind,
+    /// librdkafka property name.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// Parses `KEY=VALUE,producer.KEY=VALUE,consumer.KEY=VALUE` (empty items are skipped).
+pub fn parse_overrides(text: &str) -> Result<Vec<ConfigOverride>> {
+    let mut out = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(err(format!("{CONFIG_ENV}: `{item}` is not KEY=VALUE")));
+        };
+        let (client, key) = if let Some(k) = key.strip_prefix("producer.") {
+            (ClientKind::Producer, k)
+        } else if let Some(k) = key.strip_prefix("consumer.") {
+            (ClientKind::Consumer, k)
+        } else {
+            (ClientKind::Both, key)
+        };
+        if key.trim().is_empty() {
+            return Err(err(format!("{CONFIG_ENV}: `{item}` has no key")));
+        }
+        out.push(ConfigOverride {
+            client,
+            key: key.trim().to_string(),
+            value: value.trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
 fn err(e: impl std::fmt::Display) -> LoadgenError {
     LoadgenError::driver(NAME, e)
 }
@@ -45,16 +100,30 @@ fn err(e: impl std::fmt::Display) -> LoadgenError {
 pub struct KafkaDriver {
     bootstrap: String,
     runtime: tokio::runtime::Handle,
+    /// The text of [`CONFIG_ENV`], parsed when a client is made.
+    overrides: String,
 }
 
 impl KafkaDriver {
     /// A driver for the cluster at `bootstrap` (`host:port[,host:port]`). Admin futures run on
-    /// `runtime`.
+    /// `runtime`. Extra properties come from [`CONFIG_ENV`]; ones that do not parse make
+    /// creating a client fail.
     pub fn new(bootstrap: &str, runtime: tokio::runtime::Handle) -> KafkaDriver {
         KafkaDriver {
             bootstrap: bootstrap.to_string(),
             runtime,
+            overrides: std::env::var(CONFIG_ENV).unwrap_or_default(),
         }
+    }
+
+    /// Applies the extra properties meant for `client`.
+    fn apply_overrides(&self, config: &mut ClientConfig, client: ClientKind) -> Result<()> {
+        for o in parse_overrides(&self.overrides)? {
+            if o.client == client || o.client == ClientKind::Both {
+                config.set(&o.key, &o.value);
+            }
+        }
+        Ok(())
     }
 
     fn base_config(&self, client_id: &str) -> ClientConfig {
@@ -178,6 +247,7 @@ impl Driver for KafkaDriver {
         for (k, v) in producer_configs(spec) {
             config.set(k, v);
         }
+        self.apply_overrides(&mut config, ClientKind::Producer)?;
         let producer: ThreadedProducer<AckContext> = config
             .create_with_context(AckContext { stats })
             .map_err(err)?;
@@ -198,6 +268,7 @@ impl Driver for KafkaDriver {
                 "max.partition.fetch.bytes",
                 spec.partition_fetch_bytes_max.to_string(),
             );
+        self.apply_overrides(&mut config, ClientKind::Consumer)?;
         let consumer: BaseConsumer = config.create().map_err(err)?;
         let mut tpl = TopicPartitionList::new();
         let offset = match spec.start {
@@ -212,10 +283,14 @@ impl Driver for KafkaDriver {
     }
 
     fn describe(&self) -> Vec<String> {
-        vec![format!(
+        let mut info = vec![format!(
             "client=librdkafka {}",
             rdkafka::util::get_rdkafka_version().1
-        )]
+        )];
+        if !self.overrides.trim().is_empty() {
+            info.push(format!("{CONFIG_ENV}={}", self.overrides.trim()));
+        }
+        info
     }
 }
 
@@ -354,6 +429,28 @@ mod tests {
             vec![("flush.ms", "50".to_string())]
         );
         assert!(topic_configs(&spec(Durability::None, None)).is_empty());
+    }
+
+    #[test]
+    fn overrides_parse_with_client_prefixes() {
+        let o =
+            parse_overrides(" linger.ms=5, producer.batch.size=1000,,consumer.fetch.min.bytes=1")
+                .unwrap();
+        let got: Vec<(ClientKind, &str, &str)> = o
+            .iter()
+            .map(|o| (o.client, o.key.as_str(), o.value.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (ClientKind::Both, "linger.ms", "5"),
+                (ClientKind::Producer, "batch.size", "1000"),
+                (ClientKind::Consumer, "fetch.min.bytes", "1"),
+            ]
+        );
+        assert!(parse_overrides("").unwrap().is_empty());
+        assert!(parse_overrides("linger.ms").is_err());
+        assert!(parse_overrides("producer.=3").is_err());
     }
 
     #[test]
