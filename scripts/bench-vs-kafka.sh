@@ -18,6 +18,7 @@
 #                       space than this (Borges preallocates segments per partition) [20]
 #   --report-only       only (re)write notes.md and report.md from DIR/raw/*.json
 #                       (needs --out DIR)
+#   --no-build          use the release binaries already in the target directory
 #   --kafka-tools yes|no after each Kafka run of a maximum-rate workload, also run Kafka's own
 #                       ProducerPerformance (and ConsumerPerformance when the workload has a
 #                       consumer) on a fresh Kafka with the same settings and placement [yes]
@@ -44,6 +45,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
+invocation="$(printf '%q ' "$0" "$@")"
 duration_s=""
 broker_cpus=0
 loadgen_cpus=1
@@ -55,6 +57,7 @@ kafka_heap=1G
 min_free_gb=20
 report_only=0
 kafka_tools=yes
+build=1
 workloads=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -69,7 +72,8 @@ while [ $# -gt 0 ]; do
         --min-free-gb) min_free_gb="$2"; shift 2 ;;
         --report-only) report_only=1; shift ;;
         --kafka-tools) kafka_tools="$2"; shift 2 ;;
-        -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --no-build) build=0; shift ;;
+        -h|--help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "unknown option $1" >&2; exit 2 ;;
         *) workloads+=("$1"); shift ;;
     esac
@@ -179,11 +183,13 @@ if [ "$report_only" = 1 ]; then
     exit $?
 fi
 
-ensure_build_deps
-log "building release binaries (target dir $target_dir)"
-packages=(-p borges-loadgen)
-[ "$only" = kafka ] || packages+=(-p borges-cli)
-cargo build --release "${packages[@]}" >&2
+if [ "$build" = 1 ]; then
+    ensure_build_deps
+    log "building release binaries (target dir $target_dir)"
+    packages=(-p borges-loadgen)
+    [ "$only" = kafka ] || packages+=(-p borges-cli)
+    cargo build --release "${packages[@]}" >&2
+fi
 
 files=()
 for w in "${workloads[@]}"; do files+=("$(resolve_workload "$w")"); done
@@ -193,6 +199,7 @@ out="${out:-results/$(date +%Y-%m-%d-%H%M%S)}"
 mkdir -p "$out/raw"
 commands="$out/commands.txt"
 touch "$commands"
+echo "# $invocation" >>"$commands"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$out/started"
 echo "$kafka_heap" >"$out/kafka_heap"
 cut -d' ' -f1-3 /proc/loadavg >"$out/load_before"

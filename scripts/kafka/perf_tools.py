@@ -23,7 +23,7 @@ import sys
 # Neither tool runs without a record count; the count is the driver's rate times the run's
 # length, at least this many records and at most this many bytes.
 RECORDS_MIN = 200_000
-BYTES_MAX = 24 << 30
+BYTES_MAX = 4 << 30
 # A driver slower than this (records/s) is planned at this rate, so that a tool much faster
 # than the driver still runs for a while.
 PLAN_RATE_MIN_RECORDS_S = 20_000
@@ -124,8 +124,10 @@ def parse_tools(text):
     return prod.get("steady") or prod.get("all"), cons, load
 
 
-def fmt(v, digits=1):
-    return "-" if v is None else f"{v:.{digits}f}"
+def fmt(v):
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
 
 
 def table(out_dir):
