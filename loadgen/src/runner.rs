@@ -89,6 +89,8 @@ pub fn run(
             partitions: workload.partitions_per_topic,
             durability: workload.topic.durability,
             flush_interval_ms: workload.topic.flush_interval_ms,
+            replication_factor: workload.topic.replication_factor.unwrap_or(1),
+            min_insync_replicas: workload.topic.min_insync_replicas,
         })
         .collect();
     progress(

@@ -227,6 +227,12 @@ pub struct TopicSettings {
     /// For `durability = "interval"`: milliseconds between fsyncs.
     #[serde(default)]
     pub flush_interval_ms: Option<u64>,
+    /// Replicas per partition (1 when absent); needs that many brokers.
+    #[serde(default)]
+    pub replication_factor: Option<u16>,
+    /// The topic's `min.insync.replicas` (the broker's default when absent).
+    #[serde(default)]
+    pub min_insync_replicas: Option<u16>,
 }
 
 /// Durability: what an acknowledgement promises about the disk.

@@ -99,6 +99,9 @@ pub fn topic_configs(spec: &TopicSpec) -> Vec<(&'static str, String)> {
             spec.flush_interval_ms.unwrap_or(1_000).to_string(),
         ));
     }
+    if let Some(n) = spec.min_insync_replicas {
+        c.push(("min.insync.replicas", n.to_string()));
+    }
     c
 }
 
@@ -134,11 +137,11 @@ impl Driver for BorgesDriver {
         let new_topics = topics
             .iter()
             .map(|t| {
-                topic_configs(t)
-                    .into_iter()
-                    .fold(NewTopic::new(&t.name, t.partitions as i32), |nt, (k, v)| {
-                        nt.config(k, v)
-                    })
+                topic_configs(t).into_iter().fold(
+                    NewTopic::new(&t.name, t.partitions as i32)
+                        .replication_factor(t.replication_factor as i16),
+                    |nt, (k, v)| nt.config(k, v),
+                )
             })
             .collect();
         self.runtime
@@ -394,6 +397,8 @@ mod tests {
             partitions: 1,
             durability: d,
             flush_interval_ms: ms,
+            replication_factor: 1,
+            min_insync_replicas: None,
         };
         assert_eq!(
             topic_configs(&spec(Durability::Fsync, None)),
@@ -409,6 +414,18 @@ mod tests {
         assert_eq!(
             topic_configs(&spec(Durability::None, None)),
             vec![("durability", "none".to_string())]
+        );
+        let replicated = TopicSpec {
+            replication_factor: 3,
+            min_insync_replicas: Some(2),
+            ..spec(Durability::None, None)
+        };
+        assert_eq!(
+            topic_configs(&replicated),
+            vec![
+                ("durability", "none".to_string()),
+                ("min.insync.replicas", "2".to_string())
+            ]
         );
     }
 

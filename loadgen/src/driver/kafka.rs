@@ -143,14 +143,18 @@ impl KafkaDriver {
 
 /// Kafka topic configs for a durability policy.
 pub fn topic_configs(spec: &TopicSpec) -> Vec<(&'static str, String)> {
-    match spec.durability {
+    let mut c = match spec.durability {
         Durability::Fsync => vec![("flush.messages", "1".to_string())],
         Durability::Interval => vec![(
             "flush.ms",
             spec.flush_interval_ms.unwrap_or(1_000).to_string(),
         )],
         Durability::None => Vec::new(),
+    };
+    if let Some(n) = spec.min_insync_replicas {
+        c.push(("min.insync.replicas", n.to_string()));
     }
+    c
 }
 
 /// librdkafka producer settings for a workload.
@@ -201,8 +205,8 @@ impl Driver for KafkaDriver {
             .iter()
             .zip(&configs)
             .map(|(t, cfg)| {
-                let mut nt =
-                    NewTopic::new(&t.name, t.partitions as i32, TopicReplication::Fixed(1));
+                let replicas = TopicReplication::Fixed(i32::from(t.replication_factor));
+                let mut nt = NewTopic::new(&t.name, t.partitions as i32, replicas);
                 for (k, v) in cfg {
                     nt = nt.set(k, v);
                 }
@@ -419,6 +423,8 @@ mod tests {
             partitions: 1,
             durability: d,
             flush_interval_ms: ms,
+            replication_factor: 1,
+            min_insync_replicas: None,
         };
         assert_eq!(
             topic_configs(&spec(Durability::Fsync, None)),

@@ -29,6 +29,10 @@ pub struct TopicSpec {
     pub durability: Durability,
     /// For [`Durability::Interval`].
     pub flush_interval_ms: Option<u64>,
+    /// Replicas per partition.
+    pub replication_factor: u16,
+    /// The topic's `min.insync.replicas`, when set.
+    pub min_insync_replicas: Option<u16>,
 }
 
 /// A producer to create.
