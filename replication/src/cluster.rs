@@ -76,8 +76,9 @@ pub(crate) fn apply_broker_change(
         MetadataChange::CreateTopic(_)
         | MetadataChange::DeleteTopic { .. }
         | MetadataChange::SetTopicConfigs { .. }
-        | MetadataChange::AddPartitions { .. } => {
-            unreachable!("topic changes are applied by MetadataImage::apply_at")
+        | MetadataChange::AddPartitions { .. }
+        | MetadataChange::ReplaceAcls { .. } => {
+            unreachable!("topic and ACL changes are applied by MetadataImage::apply_at")
         }
     }
     Ok(())
@@ -537,6 +538,7 @@ fn error_code(e: &MetadataError) -> ErrorCode {
         MetadataError::NoSuchTopic(_) => ErrorCode::UnknownTopicOrPartition,
         MetadataError::AlterPartition { code, .. } => *code,
         MetadataError::ReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
+        MetadataError::AclsChanged { .. } => ErrorCode::OperationInProgress,
         _ => ErrorCode::InvalidRequest,
     }
 }

@@ -89,6 +89,17 @@ pub enum MetadataError {
     /// A broker change that the cluster's state refuses.
     #[error("{0}")]
     Broker(String),
+    /// A ReplaceAcls based on ACLs that have changed since (another broker's change came
+    /// first): the broker applies its change to the new ACLs and asks again.
+    #[error(
+        "the ACLs changed meanwhile (generation {current}, the change was based on {based_on})"
+    )]
+    AclsChanged {
+        /// The generation the change was computed from.
+        based_on: u64,
+        /// The image's.
+        current: u64,
+    },
     /// An AlterPartition that the controller refuses (Kafka's error names the code).
     #[error("{code:?}: {message}")]
     AlterPartition {
@@ -303,6 +314,29 @@ pub struct BrokerRecord {
     pub state: BrokerState,
 }
 
+/// One ACL in the cluster metadata (issue 20): Kafka's AccessControlEntryRecord, with the
+/// enum values as their names (`Topic`, `Literal`, `Read`, `Allow`), as the ACLs file has
+/// them. The broker checks every field before it writes one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclRecord {
+    /// `User:NAME` or `User:*`.
+    pub principal: String,
+    /// `Topic`, `Group` or `Cluster`.
+    pub resource_type: String,
+    /// The resource's name (or prefix); `*` for every one.
+    pub resource_name: String,
+    /// `Literal` or `Prefixed`.
+    pub pattern: String,
+    /// `Read`, `Write`, ..., `All`.
+    pub operation: String,
+    /// `Allow` or `Deny`.
+    pub permission: String,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// One topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicRecord {
@@ -342,6 +376,13 @@ pub struct MetadataImage {
     /// and it survives controller failover.
     #[serde(default)]
     pub unclean_leader_elections: u64,
+    /// The revision of the last ReplaceAcls (cluster mode); 0: the metadata log has never held
+    /// ACLs, and each broker uses its ACLs file. Absent in images from before ACLs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub acl_generation: u64,
+    /// The cluster's ACLs (cluster mode), in force on every broker once `acl_generation > 0`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acls: Vec<AclRecord>,
 }
 
 impl MetadataImage {
@@ -356,6 +397,8 @@ impl MetadataImage {
             brokers: BTreeMap::new(),
             next_producer_id: 0,
             unclean_leader_elections: 0,
+            acl_generation: 0,
+            acls: Vec::new(),
         }
     }
 
@@ -470,6 +513,16 @@ impl MetadataImage {
                     .partitions
                     .extend(partitions.iter().cloned());
             }
+            MetadataChange::ReplaceAcls { based_on, acls } => {
+                if *based_on != self.acl_generation {
+                    return Err(MetadataError::AclsChanged {
+                        based_on: *based_on,
+                        current: self.acl_generation,
+                    });
+                }
+                next.acls = acls.clone();
+                next.acl_generation = revision;
+            }
             other => crate::cluster::apply_broker_change(&mut next, other)?,
         }
         Ok(next)
@@ -545,6 +598,15 @@ pub enum MetadataChange {
         broker: i32,
         /// Ids in the block.
         size: i64,
+    },
+    /// The cluster's ACLs become `acls` (CreateAcls and DeleteAcls on any broker, computed
+    /// there from the image's ACLs of generation `based_on`; refused when the image's
+    /// generation has moved, so concurrent changes are not lost).
+    ReplaceAcls {
+        /// The `acl_generation` the change was computed from.
+        based_on: u64,
+        /// The whole new set.
+        acls: Vec<AclRecord>,
     },
 }
 

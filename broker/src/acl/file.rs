@@ -81,6 +81,39 @@ fn entry_to_acl(e: Entry) -> Result<Acl, String> {
     Ok(acl)
 }
 
+/// An ACL as the cluster metadata holds it (the same names as the file).
+pub fn to_record(a: &Acl) -> borges_replication::metadata::AclRecord {
+    borges_replication::metadata::AclRecord {
+        principal: a.principal.clone(),
+        resource_type: a.resource_type.name().into(),
+        resource_name: a.resource_name.clone(),
+        pattern: a.pattern.name().into(),
+        operation: a.operation.name().into(),
+        permission: a.permission.name().into(),
+    }
+}
+
+/// The ACLs of the cluster metadata; an invalid record names its position.
+pub fn from_records(
+    records: &[borges_replication::metadata::AclRecord],
+) -> Result<Vec<Acl>, String> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            entry_to_acl(Entry {
+                principal: r.principal.clone(),
+                resource_type: r.resource_type.clone(),
+                resource_name: r.resource_name.clone(),
+                pattern: r.pattern.clone(),
+                operation: r.operation.clone(),
+                permission: r.permission.clone(),
+            })
+            .map_err(|m| format!("metadata ACL {}: {m}", i + 1))
+        })
+        .collect()
+}
+
 /// Reads an ACLs file of at most `acls_max` ACLs; a missing file holds none.
 pub fn read(path: &Path, acls_max: usize) -> Result<Vec<Acl>, AclFileError> {
     let text = match crate::durable_file::read_optional(path) {

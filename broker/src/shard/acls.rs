@@ -1,6 +1,13 @@
 //! The core's ACLs: each core holds its own copy of the authorizer (an `Rc`, read without a
 //! lock); core 0 owns changes (`acl::store`): it applies them one at a time, rewrites the
 //! ACLs file, and installs the new set on every core before it answers.
+//!
+//! In a cluster the ACLs live in the metadata log instead (`MetadataImage::acls`): core 0
+//! computes the new set from the image's and writes it as a `ReplaceAcls` through the
+//! controller, then waits until every core of this broker has applied it; each core of every
+//! broker installs the image's ACLs itself when it applies an image with a new
+//! `acl_generation`. Until the first change (generation 0) the brokers' ACLs files are in
+//! force, and the first change starts from this broker's file.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -11,7 +18,9 @@ use borges_runtime::task;
 use super::{Shard, ShardMessage};
 use crate::acl::store::{self, AclChange, AclChanged, AclMessage};
 use crate::acl::Authorizer;
+use crate::cluster::ClusterHandle;
 use crate::failure::Failure;
+use crate::metadata::{MetadataChange, MetadataImage};
 
 impl Shard {
     /// This core's authorizer (its own copy; replaced whole on a change).
@@ -71,6 +80,9 @@ impl Shard {
     }
 
     async fn apply_acl_change(self: &Rc<Self>, change: AclChange) -> Result<AclChanged, Failure> {
+        if let Some(cluster) = self.cluster_handle() {
+            return self.change_cluster_acls(&cluster, change).await;
+        }
         let current = self.authorizer();
         let acls_max = self.config.security.acls_max as usize;
         let (acls, changed) = store::apply(current.acls(), change, acls_max);
@@ -102,4 +114,90 @@ impl Shard {
         tracing::info!("ACLs changed: {} held", next.acls().len());
         Ok(changed)
     }
+
+    /// Core 0, in a cluster: the change as a `ReplaceAcls`, asked again on the newer ACLs
+    /// while another broker's change comes first.
+    async fn change_cluster_acls(
+        self: &Rc<Self>,
+        cluster: &Arc<ClusterHandle>,
+        change: AclChange,
+    ) -> Result<AclChanged, Failure> {
+        let acls_max = self.config.security.acls_max as usize;
+        for _ in 0..ACL_WRITE_ATTEMPTS_MAX {
+            let image = cluster.latest();
+            let current = self.cluster_acls(&image)?;
+            let (acls, changed) = store::apply(&current, change.clone(), acls_max);
+            if acls == current {
+                return Ok(changed);
+            }
+            let replace = MetadataChange::ReplaceAcls {
+                based_on: image.acl_generation,
+                acls: acls.iter().map(crate::acl::file::to_record).collect(),
+            };
+            let reply = cluster.write(replace).await?;
+            // Committed or refused, the image moves on: wait until this broker's cores have
+            // it (they then hold the new ACLs, or the newer ones to try again on).
+            if !cluster
+                .wait_applied(reply.index, cluster.request_timeout())
+                .await
+            {
+                tracing::warn!(
+                    index = reply.index,
+                    "ACL change not applied on every core yet"
+                );
+            }
+            match reply.error {
+                None => {
+                    tracing::info!("ACLs changed in the metadata log: {} held", acls.len());
+                    return Ok(changed);
+                }
+                Some((code, _)) if code == ErrorCode::OperationInProgress as u16 => continue,
+                Some((code, message)) => {
+                    return Err(Failure::new(ErrorCode::from_u16(code), message));
+                }
+            }
+        }
+        Err(Failure::new(
+            ErrorCode::OperationInProgress,
+            "the cluster's ACLs kept changing under this change; try again",
+        ))
+    }
+
+    /// The ACLs a cluster change starts from: the image's, or this broker's file's (in force
+    /// here) while the metadata log has never held ACLs.
+    fn cluster_acls(
+        &self,
+        image: &MetadataImage,
+    ) -> Result<Vec<borges_protocol::acl::Acl>, Failure> {
+        if image.acl_generation == 0 {
+            return Ok(self.authorizer().acls().to_vec());
+        }
+        crate::acl::file::from_records(&image.acls)
+            .map_err(|e| Failure::new(ErrorCode::UnknownServerError, e))
+    }
+
+    /// Installs the ACLs of `image` on this core when its generation is new (cluster mode).
+    pub(super) fn install_cluster_acls(&self, image: &MetadataImage) {
+        if image.acl_generation <= self.acl_generation.get() {
+            return;
+        }
+        match crate::acl::file::from_records(&image.acls) {
+            Ok(acls) => {
+                let next = self.authorizer().with_acls(acls);
+                self.install_acls(&next);
+                self.acl_generation.set(image.acl_generation);
+                if self.id == 0 {
+                    tracing::info!(
+                        generation = image.acl_generation,
+                        "ACLs from the metadata log: {} in force",
+                        next.acls().len()
+                    );
+                }
+            }
+            Err(e) => tracing::error!("the metadata log's ACLs are not installed: {e}"),
+        }
+    }
 }
+
+/// Times a cluster ACL change is computed and written again after losing a race.
+const ACL_WRITE_ATTEMPTS_MAX: u32 = 8;

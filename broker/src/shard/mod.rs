@@ -80,6 +80,9 @@ pub struct Shard {
     authorizer: std::cell::RefCell<Rc<crate::acl::Authorizer>>,
     /// Core 0: an ACL change is running (they run one at a time).
     acl_changing: std::cell::Cell<bool>,
+    /// The metadata log's ACL generation this core has installed (cluster mode; 0: the
+    /// ACLs file's are in force).
+    acl_generation: std::cell::Cell<u64>,
     /// Core 0: notified when an ACL change ends.
     acl_changed: borges_runtime::sync::Notify,
 }
@@ -125,6 +128,7 @@ impl Shard {
             sasl: std::cell::RefCell::new(None),
             authorizer: std::cell::RefCell::new(authorizer),
             acl_changing: std::cell::Cell::new(false),
+            acl_generation: std::cell::Cell::new(0),
             acl_changed: borges_runtime::sync::Notify::default(),
         })
     }
@@ -437,6 +441,7 @@ impl Shard {
     /// Brings this core in line with `image`: its partitions, then the consumer groups whose
     /// offsets partitions it now owns.
     pub async fn apply_metadata(&self, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
+        self.install_cluster_acls(&image);
         self.partitions.apply(image).await?;
         if self.config.cluster.enabled() {
             let cluster = self.cluster_handle();

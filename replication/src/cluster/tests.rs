@@ -433,3 +433,53 @@ fn refused_commands_still_advance_the_revision_and_state_round_trips() {
     let back = ClusterMetadata::decode(&bytes).unwrap();
     assert_eq!(back.image, log.sm.image);
 }
+
+fn acl_record(principal: &str) -> crate::metadata::AclRecord {
+    crate::metadata::AclRecord {
+        principal: principal.into(),
+        resource_type: "Topic".into(),
+        resource_name: "orders".into(),
+        pattern: "Literal".into(),
+        operation: "Write".into(),
+        permission: "Allow".into(),
+    }
+}
+
+#[test]
+fn acls_are_replaced_on_their_generation_only_and_kept_by_snapshots() {
+    let mut log = Log::new();
+    log.brokers(1, 1);
+    assert_eq!(log.image().acl_generation, 0);
+    let first = log.apply(MetadataChange::ReplaceAcls {
+        based_on: 0,
+        acls: vec![acl_record("User:alice")],
+    });
+    assert_eq!(first.error, None);
+    assert_eq!(log.image().acl_generation, first.index);
+    // A second broker's change computed from generation 0 lost the race: refused, and the
+    // first one's ACLs stay.
+    let late = log.apply(MetadataChange::ReplaceAcls {
+        based_on: 0,
+        acls: vec![acl_record("User:bob")],
+    });
+    assert_eq!(
+        late.error.map(|e| e.0),
+        Some(ErrorCode::OperationInProgress as u16)
+    );
+    assert_eq!(log.image().acls, vec![acl_record("User:alice")]);
+    let again = log.apply(MetadataChange::ReplaceAcls {
+        based_on: first.index,
+        acls: vec![acl_record("User:alice"), acl_record("User:bob")],
+    });
+    assert_eq!(again.error, None);
+    // The snapshot (the encoded state machine) carries the ACLs and their generation.
+    let back = ClusterMetadata::decode(&log.sm.encode().unwrap()).unwrap();
+    assert_eq!(back.image.acls.len(), 2);
+    assert_eq!(back.image.acl_generation, again.index);
+    // An image from before ACLs (no such fields) reads as "never held ACLs"; one without
+    // ACLs is written without the fields.
+    let plain = serde_json::to_string(&MetadataImage::default()).unwrap();
+    assert!(!plain.contains("acl"), "{plain}");
+    let old: MetadataImage = serde_json::from_str(&plain).unwrap();
+    assert_eq!((old.acl_generation, old.acls.len()), (0, 0));
+}
