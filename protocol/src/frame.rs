@@ -343,4 +343,122 @@ mod tests {
             assert!(dec.decode(&mut bad).is_err(), "byte {i}");
         }
     }
+
+    /// A header with chosen fields and a valid checksum, so that the checks after the checksum
+    /// are what judges it.
+    fn signed(header_size_bytes: u16, flags: u16, frame: u32, message: u32) -> [u8; 24] {
+        let mut h = FrameHeader::new(1, 0, 0, 3, 0, 0).unwrap();
+        h.header_size_bytes = header_size_bytes;
+        h.flags = flags;
+        h.frame_size_bytes = frame;
+        h.message_size_bytes = message;
+        h.header_crc32c = h.compute_crc();
+        h.to_bytes()
+    }
+
+    #[test]
+    fn fewer_than_24_bytes_are_truncated() {
+        let bytes = FrameHeader::new(1, 0, 0, 3, 0, 0).unwrap().to_bytes();
+        let err = FrameHeader::decode(&bytes[..23], u32::MAX).unwrap_err();
+        assert!(matches!(
+            err,
+            DecodeError::Truncated {
+                needed: 24,
+                available: 23,
+                ..
+            }
+        ));
+        assert!(FrameHeader::decode(&bytes, u32::MAX).is_ok());
+    }
+
+    #[test]
+    fn a_frame_of_exactly_the_limit_is_accepted() {
+        let at_limit = signed(24, 0, 4096, 10);
+        assert!(FrameHeader::decode(&at_limit, 4096).is_ok());
+        let err = FrameHeader::decode(&at_limit, 4095).unwrap_err();
+        assert!(matches!(
+            err,
+            DecodeError::FrameTooLarge {
+                size_bytes: 4096,
+                size_bytes_max: 4095
+            }
+        ));
+    }
+
+    #[test]
+    fn header_fields_are_checked_behind_a_valid_checksum() {
+        let invalid = |b: [u8; 24]| match FrameHeader::decode(&b, u32::MAX) {
+            Err(DecodeError::InvalidFrameHeader(why)) => why,
+            other => panic!("expected InvalidFrameHeader, got {other:?}"),
+        };
+        assert_eq!(invalid(signed(23, 0, 100, 0)), "header_size_bytes below 24");
+        assert_eq!(invalid(signed(0, 0, 100, 0)), "header_size_bytes below 24");
+        assert!(FrameHeader::decode(&signed(32, 0, 100, 0), u32::MAX).is_ok());
+        for flags in [1 << 2, 1 << 15, FLAGS_KNOWN | 1 << 3] {
+            assert_eq!(invalid(signed(24, flags, 100, 0)), "unknown flag bits set");
+        }
+        for flags in [0, FLAG_RESPONSE, FLAG_ERROR, FLAGS_KNOWN] {
+            assert!(FrameHeader::decode(&signed(24, flags, 100, 0), u32::MAX).is_ok());
+        }
+        let exceed = "header_size_bytes + message_size_bytes exceed frame_size_bytes";
+        assert_eq!(invalid(signed(24, 0, 100, 77)), exceed);
+        assert_eq!(invalid(signed(40, 0, 100, 61)), exceed);
+        // Header plus message filling the frame exactly is a frame without payload.
+        let full = FrameHeader::decode(&signed(40, 0, 100, 60), u32::MAX).unwrap();
+        assert_eq!(full.payload_size_bytes(), 0);
+        // The sum is taken in u64: a u32 sum would wrap below the frame size.
+        assert_eq!(invalid(signed(24, 0, 100, u32::MAX - 10)), exceed);
+    }
+
+    #[test]
+    fn decoder_limit_and_next_frame_size() {
+        assert_eq!(
+            FrameDecoder::new(0).frame_size_bytes_max(),
+            FRAME_SIZE_BYTES_MAX_MIN
+        );
+        assert_eq!(FrameDecoder::new(1 << 20).frame_size_bytes_max(), 1 << 20);
+        let frame = encode_frame(7, 0, 0, 5, b"msg", b"payload").unwrap();
+        let mut dec = FrameDecoder::new(FRAME_SIZE_BYTES_MAX_DEFAULT);
+        let mut buf = BytesMut::from(&frame[..FRAME_HEADER_SIZE_BYTES + 1]);
+        assert_eq!(dec.frame_size_bytes_next(), None);
+        assert!(dec.decode(&mut buf).unwrap().is_none());
+        assert_eq!(dec.frame_size_bytes_next(), Some(frame.len()));
+        buf.extend_from_slice(&frame[FRAME_HEADER_SIZE_BYTES + 1..]);
+        assert!(dec.decode(&mut buf).unwrap().is_some());
+        assert_eq!(dec.frame_size_bytes_next(), None);
+    }
+
+    #[test]
+    fn a_bare_24_byte_frame_decodes_from_exactly_24_bytes() {
+        let mut buf = encode_frame(2, 1, 0, 8, b"", b"").unwrap();
+        assert_eq!(buf.len(), FRAME_HEADER_SIZE_BYTES);
+        let frame = FrameDecoder::new(FRAME_SIZE_BYTES_MAX_DEFAULT)
+            .decode(&mut buf)
+            .unwrap()
+            .expect("a complete frame");
+        assert!(frame.message.is_empty() && frame.payload.is_empty());
+        assert_eq!((frame.header.api_key, frame.header.correlation_id), (2, 8));
+    }
+
+    #[test]
+    fn the_default_limit_is_64_mib_and_the_smallest_limit_1048_bytes() {
+        let header = |frame: u32| signed(24, 0, frame, 0);
+        let mut default = FrameDecoder::new(FRAME_SIZE_BYTES_MAX_DEFAULT);
+        let mut at = BytesMut::from(&header(64 << 20)[..]);
+        assert!(
+            default.decode(&mut at).unwrap().is_none(),
+            "64 MiB is allowed"
+        );
+        let mut above = BytesMut::from(&header((64 << 20) + 1)[..]);
+        let err = FrameDecoder::new(FRAME_SIZE_BYTES_MAX_DEFAULT).decode(&mut above);
+        assert!(matches!(err, Err(DecodeError::FrameTooLarge { .. })));
+        // A limit below the smallest one is raised to 24 + 1024 bytes.
+        assert!(
+            FrameHeader::decode(&header(1048), FrameDecoder::new(0).frame_size_bytes_max()).is_ok()
+        );
+        assert!(
+            FrameHeader::decode(&header(1049), FrameDecoder::new(0).frame_size_bytes_max())
+                .is_err()
+        );
+    }
 }

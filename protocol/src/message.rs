@@ -630,4 +630,105 @@ mod tests {
             assert_eq!(response_table_name(key), format!("{}Response", key.name()));
         }
     }
+
+    #[test]
+    fn clipping_backs_off_to_the_start_of_a_cut_character() {
+        assert_eq!(clip_to_char_boundary("aé", 2), "a");
+        assert_eq!(clip_to_char_boundary("a€b", 3), "a");
+        assert_eq!(clip_to_char_boundary("a€b", 4), "a€");
+        assert_eq!(clip_to_char_boundary("abc", 3), "abc");
+        assert_eq!(clip_to_char_boundary("abc", 2), "ab");
+    }
+
+    /// A Fetch response of one topic whose partitions carry `ranges` (or none when `None`).
+    fn fetch_response(ranges: &[Option<(u32, u32)>]) -> FlatBufferBuilder<'static> {
+        let mut fbb = FlatBufferBuilder::new();
+        let partitions: Vec<_> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, range)| {
+                let records = range.map(|(offset, length)| wire::PayloadRange::new(offset, length));
+                wire::FetchPartitionResponse::create(
+                    &mut fbb,
+                    &wire::FetchPartitionResponseArgs {
+                        partition: i as i32,
+                        records: records.as_ref(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        let partitions = fbb.create_vector(&partitions);
+        let name = fbb.create_string("orders");
+        let topic = wire::FetchTopicResponse::create(
+            &mut fbb,
+            &wire::FetchTopicResponseArgs {
+                name: Some(name),
+                partitions: Some(partitions),
+            },
+        );
+        let topics = fbb.create_vector(&[topic]);
+        let root = wire::FetchResponse::create(
+            &mut fbb,
+            &wire::FetchResponseArgs {
+                topics: Some(topics),
+                ..Default::default()
+            },
+        );
+        fbb.finish_minimal(root);
+        fbb
+    }
+
+    #[test]
+    fn fetch_payload_ranges_resolve_every_partition_in_order() {
+        let fbb = fetch_response(&[Some((0, 3)), None, Some((3, 5))]);
+        let response = decode_message::<wire::FetchResponse>(fbb.finished_data()).unwrap();
+        assert_eq!(
+            fetch_payload_ranges(&response, 8).unwrap(),
+            [0..3, 0..0, 3..8]
+        );
+        assert!(matches!(
+            fetch_payload_ranges(&response, 7),
+            Err(DecodeError::PayloadRange {
+                offset: 3,
+                length: 5,
+                payload_size_bytes: 7
+            })
+        ));
+    }
+
+    #[test]
+    fn the_default_limits_admit_a_message_of_a_few_mib() {
+        // A 4 MiB string: far below MESSAGE_APPARENT_SIZE_BYTES_MAX (256 MiB), so a smaller
+        // default (a slip in the constant's product) would refuse real Metadata responses.
+        let mut fbb = FlatBufferBuilder::new();
+        let text = fbb.create_string(&"x".repeat(4 << 20));
+        let root = wire::ErrorResponse::create(
+            &mut fbb,
+            &wire::ErrorResponseArgs {
+                error_code: ErrorCode::UnknownServerError as u16,
+                error_message: Some(text),
+            },
+        );
+        fbb.finish_minimal(root);
+        let (code, message) = decode_error_response(fbb.finished_data()).unwrap();
+        assert_eq!(code, ErrorCode::UnknownServerError);
+        assert_eq!(message.map(str::len), Some(4 << 20));
+    }
+
+    #[test]
+    fn a_stream_error_response_is_flagged_response_and_error() {
+        let head = MessageHead::error_response_to_stream();
+        assert_eq!(
+            (head.api_key, head.api_version, head.correlation_id),
+            (0, 0, 0)
+        );
+        assert_eq!(head.flags, FLAG_RESPONSE | FLAG_ERROR);
+        let request = FrameHeader::new(3, 2, 0, 9, 0, 0).unwrap();
+        assert_eq!(
+            MessageHead::error_response_to(&request).flags,
+            FLAG_RESPONSE | FLAG_ERROR
+        );
+        assert_eq!(MessageHead::response_to(&request).flags, FLAG_RESPONSE);
+    }
 }
