@@ -204,3 +204,74 @@ fn under_fsync_every_acknowledgement_follows_an_fdatasync_of_its_segment() {
     let syncs = syncs_per_ack(Durability::None, 24);
     assert!(syncs.iter().all(|&n| n == 0), "syncs per ack: {syncs:?}");
 }
+
+/// After a clean close and a power loss, the recovery checkpoint on disk and the index entries
+/// it counts (which recovery trusts without a rescan) are durable: each index file holds at
+/// least as many entries as the checkpoint says, and those entries are, entry for entry, what a
+/// scan of the surviving log builds. All values have one timestamp, so after the first
+/// checkpoint only the offset index grows.
+#[test]
+fn the_index_entries_a_checkpoint_counts_survive_a_power_loss() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_path_buf();
+    let config = log_config(Durability::Fsync);
+    let interval = config.index_interval_bytes;
+    let files = root.join("t-0");
+    run(move || async move {
+        let (core, faulty) = faulty_core(&root, storage_config()).await;
+        let log = open(&core, &root.join("t-0"), config).await;
+        for round in 0..4u64 {
+            for value in 0..60 {
+                let info = log
+                    .append(vec![one_value(round * 60 + value)], EPOCH)
+                    .expect("append");
+                log.wait_acked(info.last_offset, AckLevel::All)
+                    .await
+                    .expect("acknowledged");
+            }
+            // A checkpoint per round: the index files are extended four times.
+            borges_runtime::time::sleep(Duration::from_millis(1_100)).await;
+        }
+        log.close().await.expect("close");
+        drop(log);
+        drop(core);
+        faulty
+            .power_loss(PowerLoss::DropUnsynced)
+            .expect("power loss");
+    });
+    let read = |name: String| std::fs::read(files.join(name)).expect("read");
+    let cp = borges_storage::RecoveryCheckpoint::decode(&read(
+        borges_storage::RECOVERY_CHECKPOINT_FILE.to_string(),
+    ))
+    .expect("checkpoint");
+    let base = cp.segment_base;
+    let name = |suffix| format!("{base:020}.{suffix}");
+    let log_bytes = read(name(borges_storage::LOG_SUFFIX));
+    let (o, t) = (cp.index_entries as usize, cp.time_index_entries as usize);
+    assert!(
+        o > 4 && t > 0,
+        "the checkpoint counts index entries: {cp:?}"
+    );
+    let offsets = read(name(borges_storage::INDEX_SUFFIX));
+    let times = read(name(borges_storage::TIME_INDEX_SUFFIX));
+    assert!(
+        offsets.len() >= o * 8,
+        "{} offset index bytes for {o} entries",
+        offsets.len()
+    );
+    assert!(
+        times.len() >= t * 12,
+        "{} time index bytes for {t} entries",
+        times.len()
+    );
+    let on_disk = borges_storage::index::SegmentIndex::decode(
+        base,
+        &offsets[..o * 8],
+        &times[..t * 12],
+        log_bytes.len() as u64,
+    )
+    .expect("index files decode");
+    let scanned = index_of_segment(base, &log_bytes, interval);
+    assert_eq!(on_disk.offsets[..], scanned.offsets[..o], "offset entries");
+    assert_eq!(on_disk.times[0].timestamp, scanned.times[0].timestamp);
+}

@@ -569,3 +569,68 @@ fn checkpoint_rate_per_core_stretches_each_partitions_period() {
     // Unlimited: checkpoints follow the writes.
     assert!(recovery_points(10_000).iter().all(|&p| p > 0));
 }
+
+#[test]
+fn finalized_segments_keep_their_index_files_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-9");
+    let root = dir.path().to_path_buf();
+    let config = small_config(Durability::Fsync);
+    let interval = config.index_interval_bytes;
+    let logdir = path.clone();
+    run(move || async move {
+        let core = core(&root, storage_config()).await;
+        let log = open(&core, &path, config).await;
+        for i in 0..400u64 {
+            log.append(vec![batch(i, 1, 1_000 + i as i64, 200)], 0)
+                .unwrap();
+        }
+        log.sync().await.unwrap();
+        log.flush().await.unwrap();
+        assert!(log.segment_count() > 3, "small segments roll");
+        log.close().await.unwrap();
+    });
+    let mut bases: Vec<i64> = std::fs::read_dir(&logdir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    bases.sort_unstable();
+    let file = |base, suffix| std::fs::read(borges_storage::segment_path(&logdir, base, suffix));
+    // Every closed segment (all but the last) has both index files, entry for entry what a scan
+    // of its batches builds.
+    for &base in &bases[..bases.len() - 1] {
+        let log_bytes = file(base, borges_storage::LOG_SUFFIX).unwrap();
+        let offsets = file(base, borges_storage::INDEX_SUFFIX).unwrap();
+        let times = file(base, borges_storage::TIME_INDEX_SUFFIX).unwrap();
+        let on_disk = borges_storage::index::SegmentIndex::decode(
+            base,
+            &offsets,
+            &times,
+            log_bytes.len() as u64,
+        )
+        .unwrap();
+        let scanned = index_of_segment(base, &log_bytes, interval);
+        assert!(
+            !scanned.offsets.is_empty(),
+            "segment {base} has index entries"
+        );
+        assert_eq!(
+            on_disk.offsets, scanned.offsets,
+            "offset index of segment {base}"
+        );
+        let strip = |i: &borges_storage::index::SegmentIndex| {
+            i.times
+                .iter()
+                .map(|t| (t.timestamp, t.relative_offset))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            strip(&on_disk),
+            strip(&scanned),
+            "time index of segment {base}"
+        );
+    }
+}

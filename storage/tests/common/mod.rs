@@ -197,3 +197,31 @@ pub fn assert_values_match_offsets(batches: &[RecordBatch]) {
 pub fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).expect("stat").len()
 }
+
+/// The index a scan of `log` (a segment file's bytes, up to its first invalid batch) builds, as
+/// the writer builds it (the last time entry included).
+pub fn index_of_segment(
+    base: i64,
+    log: &[u8],
+    interval: u32,
+) -> borges_storage::index::SegmentIndex {
+    let mut index = borges_storage::index::SegmentIndex::new();
+    let mut pos = 0usize;
+    while let Ok(h) = borges_protocol::batch::BatchHeader::parse(&log[pos..]) {
+        if h.size_bytes() == 0 || pos + h.size_bytes() > log.len() {
+            break;
+        }
+        let rel = (h.base_offset - base) as u32;
+        index.note_batch(
+            interval,
+            base,
+            rel,
+            pos as u32,
+            h.size_bytes() as u64,
+            h.max_timestamp,
+        );
+        pos += h.size_bytes();
+    }
+    index.push_time_entry(base, 0);
+    index
+}
