@@ -162,6 +162,14 @@ fn a_wrong_inter_broker_password_is_logged_and_counted() {
     wait_until("the followers' failed authentications counted", || {
         (1..=3).any(|id| metric(&mut c, id, AUTH_FAILURES) >= 2)
     });
+    // The leaders count them too (the failed exchanges of their client listeners).
+    let refused: u64 = (1..=3)
+        .map(|id| metric(&mut c, id, "borges_sasl_authentication_failures_total"))
+        .sum();
+    assert!(
+        refused >= 2,
+        "leaders counted {refused} failed authentications"
+    );
     let logs = c.logs();
     assert!(
         logs.contains("authenticating to") && logs.contains("as \"broker\""),

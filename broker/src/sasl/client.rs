@@ -138,3 +138,52 @@ pub fn authenticate_answer(frame: &Frame) -> Result<Vec<u8>, InterBrokerAuthErro
             message: "no auth_bytes".into(),
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borges_protocol::frame::FrameDecoder;
+
+    fn decode(bytes: &[u8]) -> Frame {
+        let mut buf = BytesMut::from(bytes);
+        match FrameDecoder::new(1 << 20).decode(&mut buf) {
+            Ok(Some(frame)) => frame,
+            other => panic!("not one frame: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_brokers_answers_are_read_as_the_authenticator_writes_them() {
+        let request = decode(&handshake_request(Mechanism::ScramSha256, 7));
+        assert_eq!(request.header.api_key, ApiKey::SaslHandshake as u16);
+        let accepted =
+            super::super::handshake_response(&request.header, &[Mechanism::ScramSha256], None);
+        handshake_answer(&decode(&accepted.head)).unwrap();
+        // A leader without SASL answers IllegalSaslState: a typed refusal, not a panic.
+        let refused = super::super::not_enabled(&request.header);
+        match handshake_answer(&decode(&refused.head)) {
+            Err(InterBrokerAuthError::Refused { code, step, .. }) => {
+                assert_eq!(
+                    (code, step),
+                    (ErrorCode::IllegalSaslState, ApiKey::SaslHandshake)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let request = decode(&authenticate_request(b"n,,n=broker,r=abc", 8));
+        let answer = super::super::authenticate_response(&request.header, None, Some(b"r=abcd"));
+        assert_eq!(
+            authenticate_answer(&decode(&answer.head)).unwrap(),
+            b"r=abcd"
+        );
+        let failure = crate::failure::Failure::new(ErrorCode::SaslAuthenticationFailed, "no");
+        let answer = super::super::authenticate_response(&request.header, Some(&failure), None);
+        assert!(matches!(
+            authenticate_answer(&decode(&answer.head)),
+            Err(InterBrokerAuthError::Refused {
+                code: ErrorCode::SaslAuthenticationFailed,
+                ..
+            })
+        ));
+    }
+}
