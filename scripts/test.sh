@@ -46,6 +46,11 @@ for fault in kill-leader pause-leader partition-leader; do
     scripts/fault-suite.sh --fault "$fault" --duration-s 60 --seed 1 --if-unreplicated skip
 done
 
+step "mutation testing: one bounded shard (scripts/mutants.sh ci, docs/testing.md)"
+# One shard of one mutation set, chosen from the commit count (successive commits walk every
+# mutant of every set); stopped after 300 s; a mutant no test catches fails the suite.
+scripts/mutants.sh ci
+
 step "fuzz targets build"
 scripts/fuzz-build.sh
 
