@@ -38,6 +38,14 @@ const NAME: &str = "kafka";
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Records one `poll` returns at most.
 const POLL_RECORDS_MAX: usize = 10_000;
+/// In-flight produce requests per connection for a producer without idempotence: one per
+/// partition up to 1000 partitions (librdkafka's own default is 1,000,000). librdkafka puts one partition's batch in each ProduceRequest (its issue 1700),
+/// so its `max.in.flight.requests.per.connection` counts partition batches, where the Java
+/// client (and a workload's `in_flight_requests_max`, 5 by default) counts requests that carry
+/// every ready partition. Capping librdkafka at the Java value left a producer over 100 or 1000
+/// partitions waiting behind five one-partition requests. An idempotent producer keeps the
+/// workload's value (librdkafka allows at most 5 with idempotence).
+pub const IN_FLIGHT_PARTITION_REQUESTS_MAX: u32 = 1_000;
 /// librdkafka's upper bound for `queue.buffering.max.messages`.
 const QUEUE_MESSAGES_MAX: usize = 2_000_000;
 
@@ -165,6 +173,13 @@ pub fn producer_configs(spec: &ProducerSpec) -> Vec<(&'static str, String)> {
         CompressionKind::Zstd => "zstd",
     };
     let queue_kbytes = (s.buffer_memory_bytes_max / 1024).max(1);
+    // librdkafka refuses idempotence without acks=all.
+    let idempotent = s.idempotence && matches!(s.acks, AcksKind::All);
+    let in_flight = if idempotent {
+        s.in_flight_requests_max
+    } else {
+        IN_FLIGHT_PARTITION_REQUESTS_MAX
+    };
     vec![
         ("acks", s.acks.as_kafka().to_string()),
         ("linger.ms", s.linger_ms.to_string()),
@@ -177,15 +192,11 @@ pub fn producer_configs(spec: &ProducerSpec) -> Vec<(&'static str, String)> {
         ),
         (
             "max.in.flight.requests.per.connection",
-            s.in_flight_requests_max.to_string(),
+            in_flight.to_string(),
         ),
         // Java's (and Borges's) partitioner for keyed records.
         ("partitioner", "murmur2_random".to_string()),
-        (
-            "enable.idempotence",
-            // librdkafka refuses idempotence without acks=all.
-            (s.idempotence && matches!(s.acks, AcksKind::All)).to_string(),
-        ),
+        ("enable.idempotence", idempotent.to_string()),
         (
             "message.max.bytes",
             (s.batch_size_bytes.max(1 << 20) * 2).to_string(),
@@ -476,7 +487,18 @@ mod tests {
         assert_eq!(get("batch.size"), Some("1000"));
         assert_eq!(get("compression.type"), Some("zstd"));
         assert_eq!(get("queue.buffering.max.kbytes"), Some("5"));
-        assert_eq!(get("max.in.flight.requests.per.connection"), Some("2"));
+        // Without idempotence librdkafka's per-partition requests are not capped at the
+        // workload's (Java-sense) in-flight count.
+        assert_eq!(get("max.in.flight.requests.per.connection"), Some("1000"));
         assert_eq!(get("partitioner"), Some("murmur2_random"));
+        let mut idempotent = ProducerSpec {
+            client_id: "x".into(),
+            settings: toml::from_str("acks = \"all\"\nin_flight_requests_max = 2\n").unwrap(),
+        };
+        idempotent.settings.idempotence = true;
+        let c = producer_configs(&idempotent);
+        let get = |k: &str| c.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("enable.idempotence"), Some("true"));
+        assert_eq!(get("max.in.flight.requests.per.connection"), Some("2"));
     }
 }
