@@ -39,10 +39,11 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Records one `poll` returns at most.
 const POLL_RECORDS_MAX: usize = 10_000;
 /// In-flight produce requests per connection for a producer without idempotence: one per
-/// partition up to 1000 partitions (librdkafka's own default is 1,000,000). librdkafka puts one partition's batch in each ProduceRequest (its issue 1700),
-/// so its `max.in.flight.requests.per.connection` counts partition batches, where the Java
-/// client (and a workload's `in_flight_requests_max`, 5 by default) counts requests that carry
-/// every ready partition. Capping librdkafka at the Java value left a producer over 100 or 1000
+/// partition up to 1000 partitions (librdkafka's own default is 1,000,000). librdkafka puts
+/// one partition's batch in each ProduceRequest (its issue 1700), so its
+/// `max.in.flight.requests.per.connection` counts partition batches, where the Java client (and
+/// a workload's `in_flight_requests_max`, 5 by default) counts requests that carry every ready
+/// partition. Capping librdkafka at the Java value left a producer over 100 or 1000
 /// partitions waiting behind five one-partition requests. An idempotent producer keeps the
 /// workload's value (librdkafka allows at most 5 with idempotence).
 pub const IN_FLIGHT_PARTITION_REQUESTS_MAX: u32 = 1_000;
