@@ -42,6 +42,7 @@ mod metadata;
 mod producer;
 mod retry;
 mod sasl;
+mod timer;
 mod tls;
 mod types;
 

@@ -40,6 +40,7 @@ use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::connection::{await_reply, Reply, Request};
 use crate::error::{ClientError, Result};
 use crate::retry::{WarnLimiter, WARN_INTERVAL_MS};
+use crate::timer::PreciseTimer;
 use crate::types::{ProducerRecord, RecordMetadata};
 
 /// Sends records to a Borges cluster. Cheap to clone (all clones share one accumulator, one
@@ -502,6 +503,7 @@ const LEADER_FAILED_REFRESHES_PER_BACKOFF: u64 = 5;
 /// The sender task: drains, sends, sleeps until the next linger or backoff deadline or until
 /// woken (a batch filled, a request finished, a flush, metadata arrived).
 async fn run_sender(inner: Arc<Inner>) {
+    let mut timer = PreciseTimer::new();
     loop {
         let now = Instant::now();
         let metadata = inner.core.metadata();
@@ -543,9 +545,8 @@ async fn run_sender(inner: Arc<Inner>) {
         }
         let notified = inner.wake_sender.notified();
         match drained.next_wakeup {
-            Some(at) => {
-                let _ = tokio::time::timeout_at(at.into(), notified).await;
-            }
+            // The linger or backoff deadline on a precise timer (see `crate::timer`).
+            Some(at) => futures_lite::future::or(notified, timer.sleep_until(at)).await,
             None => notified.await,
         }
     }
