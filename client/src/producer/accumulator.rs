@@ -32,12 +32,15 @@ pub(crate) struct BatchAck {
 #[derive(Debug, Default)]
 pub(crate) struct BatchCompletion {
     result: OnceLock<Result<BatchAck>>,
+    /// When the outcome was set (written before `result`).
+    completed_at: OnceLock<Instant>,
     wakers: Mutex<Vec<Waker>>,
 }
 
 impl BatchCompletion {
     /// Sets the outcome (first call wins) and wakes every waiting future.
     pub fn complete(&self, result: Result<BatchAck>) {
+        let _ = self.completed_at.set(Instant::now());
         let _ = self.result.set(result);
         let wakers = match self.wakers.lock() {
             Ok(mut w) => std::mem::take(&mut *w),
@@ -66,6 +69,11 @@ impl BatchCompletion {
             Some(result) => Poll::Ready(result),
             None => Poll::Pending,
         }
+    }
+
+    /// When the outcome became known; `None` while the batch is pending.
+    pub fn completed_at(&self) -> Option<Instant> {
+        self.result.get().and(self.completed_at.get().copied())
     }
 
     /// Whether the outcome is known.
@@ -1297,10 +1305,14 @@ mod tests {
     fn completion_wakes_and_reports_once() {
         let c = BatchCompletion::default();
         assert!(!c.is_complete());
+        assert_eq!(c.completed_at(), None);
+        let before = Instant::now();
         c.complete(Ok(BatchAck {
             base_offset: 5,
             log_append_time_ms: -1,
         }));
+        let at = c.completed_at().expect("completed");
+        assert!(at >= before && at <= Instant::now());
         c.complete(Ok(BatchAck {
             base_offset: 9,
             log_append_time_ms: -1,
@@ -1311,6 +1323,11 @@ mod tests {
             Poll::Ready(Ok(ack)) => assert_eq!(ack.base_offset, 5),
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            c.completed_at(),
+            Some(at),
+            "the first outcome's time is kept"
+        );
     }
 }
 

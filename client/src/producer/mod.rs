@@ -386,6 +386,14 @@ impl DeliveryFuture {
     pub fn partition(&self) -> i32 {
         self.partition
     }
+
+    /// When the producer learnt the outcome of this record's batch (the broker's answer was
+    /// processed, or the batch failed for good); `None` while it is pending. Lets an
+    /// application measure publish latency exactly without polling the future the moment it
+    /// resolves: all records of a batch share this instant.
+    pub fn completed_at(&self) -> Option<Instant> {
+        self.completion.completed_at()
+    }
 }
 
 impl Future for DeliveryFuture {
