@@ -40,7 +40,7 @@ set_args() {
             # Not the model test (storage/tests/model.rs): it took 63 of the 91 s of each
             # mutant's tests; the sync contract is judged by the fault seam's tests.
             ARGS=(--file storage/src/writer/sync.rs --test-package borges-storage
-                --cargo-test-arg=--test=checked_faults
+                --cargo-test-arg=--test=checked_faults --cargo-test-arg=--test=log
                 --cargo-test-arg=--test=crash --cargo-test-arg=--test=recovery
                 --cargo-test-arg=--test=faults --cargo-test-arg=--lib) ;;
         retention)
