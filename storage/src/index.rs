@@ -346,6 +346,28 @@ mod tests {
         assert_eq!(idx.time_lookup(1000, 10), 1002);
     }
 
+    /// Counts of entries before an offset are relative to the segment's base (1000 here):
+    /// with `offset + base` instead of `offset - base` every entry counted (cargo-mutants'
+    /// `replace - with + in SegmentIndex::times_before`, missed by a CI shard, and the same
+    /// in `offsets_before`; every other test's segment starts at 0, where both agree).
+    #[test]
+    fn entries_before_an_offset_count_from_the_segment_base() {
+        let batches: Vec<(u64, i64)> = (0..40u64).map(|i| (60, i as i64)).collect();
+        let idx = build(&batches);
+        assert!(idx.times.len() > 2 && idx.offsets.len() > 2);
+        for (i, t) in idx.times.iter().enumerate() {
+            assert_eq!(idx.times_before(1000, 1000 + i64::from(t.written_at)), i);
+        }
+        for (i, e) in idx.offsets.iter().enumerate() {
+            assert_eq!(
+                idx.offsets_before(1000, 1000 + i64::from(e.relative_offset)),
+                i
+            );
+        }
+        assert_eq!(idx.times_before(1000, 1000), 0);
+        assert_eq!(idx.offsets_before(1000, 1000), 0);
+    }
+
     #[test]
     fn encode_decode_round_trip_and_rejects_garbage() {
         let mut idx = build(&[(60, 5), (60, 7), (60, 9), (60, 11), (60, 13), (60, 15)]);
