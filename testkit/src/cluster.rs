@@ -135,9 +135,8 @@ impl ClusterNode {
     }
 
     fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            crate::kill_and_reap(child, &self.dir);
         }
     }
 }
@@ -278,6 +277,7 @@ impl Cluster {
                 "info,openraft=warn,borges_runtime::watchdog=debug",
             );
         }
+        crate::crash::enable_core_dumps(&mut cmd, &node.dir);
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().expect("log clone"))
             .stderr(log);
@@ -327,7 +327,7 @@ impl Cluster {
     /// SIGTERM node `id`, waiting up to `timeout` for its exit.
     pub fn terminate(&mut self, id: u64, timeout: Duration) -> Option<ExitStatus> {
         let node = self.node(id);
-        crate::terminate_child(node.child.take()?, timeout)
+        crate::terminate_child(node.child.take()?, timeout, &node.dir)
     }
 
     /// Starts node `id` again (killing it first if it runs) and waits until it serves.

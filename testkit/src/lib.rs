@@ -9,6 +9,7 @@
 //! ports, and a ready file that the broker writes once every core serves.
 
 pub mod cluster;
+mod crash;
 pub mod diagnose;
 pub mod fresh;
 pub mod mount;
@@ -31,13 +32,7 @@ pub fn borges_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("BORGES_BIN") {
         return PathBuf::from(p);
     }
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test> -> target/<profile>/borges
-    let mut dir = exe.parent().expect("exe dir").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let bin = dir.join("borges");
+    let bin = borges_bin_path();
     assert!(
         bin.exists(),
         "broker binary not found at {}: run `cargo build --workspace --bins` first (scripts/test.sh does), or set BORGES_BIN",
@@ -49,6 +44,21 @@ pub fn borges_bin() -> PathBuf {
         panic!("stale broker binary: {reason}");
     }
     bin
+}
+
+/// Where the `borges` binary under test is (`BORGES_BIN`, or beside the test executable),
+/// without [`borges_bin`]'s checks.
+fn borges_bin_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("BORGES_BIN") {
+        return PathBuf::from(p);
+    }
+    // target/<profile>/deps/<test> -> target/<profile>/borges
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join("borges")
 }
 
 /// Skips the calling test: prints `SKIPPED: <test>: <reason>` on the process's real stdout (not
@@ -75,7 +85,13 @@ pub fn skipped_line(text: &str) {
 
 /// SIGTERM `child`, then wait up to `timeout` for it to exit; kills it and returns `None` if it
 /// does not (shared by single brokers and cluster nodes).
-pub(crate) fn terminate_child(mut child: Child, timeout: Duration) -> Option<ExitStatus> {
+/// A crash (any other signal than the ones tests send) is reported on stderr with the
+/// backtraces of the core it left in `dir` ([`crash`]).
+pub(crate) fn terminate_child(
+    mut child: Child,
+    timeout: Duration,
+    dir: &Path,
+) -> Option<ExitStatus> {
     // SAFETY: sending a signal to our own child process.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -83,14 +99,30 @@ pub(crate) fn terminate_child(mut child: Child, timeout: Duration) -> Option<Exi
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
+            report_crash(&status, dir);
             return Some(status);
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_and_reap(child, dir);
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGKILL `child` (a no-op if it has exited) and reap it, reporting a crash that ended it
+/// before (shared by single brokers and cluster nodes).
+pub(crate) fn kill_and_reap(mut child: Child, dir: &Path) {
+    let _ = child.kill();
+    if let Ok(status) = child.wait() {
+        report_crash(&status, dir);
+    }
+}
+
+/// Prints the crash report of a broker that ended with `status` in `dir`, if it crashed.
+fn report_crash(status: &ExitStatus, dir: &Path) {
+    if let Some(report) = crash::report(status, dir, &borges_bin_path()) {
+        eprintln!("{report}");
     }
 }
 
@@ -261,6 +293,7 @@ impl BrokerProcess {
         if let Some((soft, hard)) = self.options.open_files_limit {
             set_open_files_limit(&mut cmd, soft, hard);
         }
+        crash::enable_core_dumps(&mut cmd, &self.home);
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone().expect("log clone"))
             .stderr(log);
@@ -309,16 +342,15 @@ impl BrokerProcess {
 
     /// SIGKILL, then wait for the process to be gone.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            kill_and_reap(child, &self.home);
         }
     }
 
     /// SIGTERM, then wait up to `timeout` for a clean exit. Returns the exit status, or `None`
     /// if it had to be killed.
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        terminate_child(self.child.take()?, timeout)
+        terminate_child(self.child.take()?, timeout, &self.home)
     }
 
     /// Starts the broker again on the same data directory and ports (after `kill9` or
