@@ -115,6 +115,51 @@ struct RunArgs {
     /// Borges driver: private key (PEM) of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Borges driver: authenticate every connection with SASL/SCRAM (SCRAM-SHA-256 or
+    /// SCRAM-SHA-512), as --sasl-username with the password in --sasl-password-file.
+    #[arg(
+        long,
+        env = "BORGES_SASL_MECHANISM",
+        value_name = "MECHANISM",
+        requires_all = ["sasl_username", "sasl_password_file"]
+    )]
+    sasl_mechanism: Option<String>,
+    /// Borges driver: the SASL username.
+    #[arg(
+        long,
+        env = "BORGES_SASL_USERNAME",
+        value_name = "NAME",
+        requires = "sasl_mechanism"
+    )]
+    sasl_username: Option<String>,
+    /// Borges driver: a file whose first line is the SASL password.
+    #[arg(
+        long,
+        env = "BORGES_SASL_PASSWORD_FILE",
+        value_name = "FILE",
+        requires = "sasl_mechanism"
+    )]
+    sasl_password_file: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The Borges driver's SASL settings (the password file is read now); none without
+    /// --sasl-mechanism.
+    fn sasl(&self) -> Result<Option<borges_client::SaslConfig>> {
+        let (Some(mechanism), Some(username), Some(file)) = (
+            &self.sasl_mechanism,
+            &self.sasl_username,
+            &self.sasl_password_file,
+        ) else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading --sasl-password-file {}", file.display()))?;
+        let password = text.lines().next().unwrap_or("");
+        Ok(Some(borges_client::SaslConfig::scram(
+            mechanism, username, password,
+        )?))
+    }
 }
 
 fn main() -> Result<()> {
@@ -170,7 +215,8 @@ fn run(args: RunArgs) -> Result<()> {
                     ca_file: ca,
                     cert_file: args.tls_cert.clone(),
                     key_file: args.tls_key.clone(),
-                })),
+                }))
+                .sasl(args.sasl()?),
         ),
     };
     let broker_pid = if args.no_broker_stats {

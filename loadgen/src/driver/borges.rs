@@ -53,6 +53,7 @@ pub struct BorgesDriver {
     runtime: Handle,
     shard_aware: bool,
     tls: Option<borges_client::TlsConfig>,
+    sasl: Option<borges_client::SaslConfig>,
 }
 
 impl BorgesDriver {
@@ -64,12 +65,19 @@ impl BorgesDriver {
             runtime,
             shard_aware: true,
             tls: None,
+            sasl: None,
         })
     }
 
     /// Connects with TLS (none: plaintext).
     pub fn tls(mut self, tls: Option<borges_client::TlsConfig>) -> BorgesDriver {
         self.tls = tls;
+        self
+    }
+
+    /// Authenticates every connection with SASL (none: no authentication).
+    pub fn sasl(mut self, sasl: Option<borges_client::SaslConfig>) -> BorgesDriver {
+        self.sasl = sasl;
         self
     }
 
@@ -85,6 +93,7 @@ impl BorgesDriver {
             .client_id(client_id)
             .shard_aware(self.shard_aware)
             .tls(self.tls.clone())
+            .sasl(self.sasl.clone())
     }
 
     fn admin(&self) -> Result<Admin> {
