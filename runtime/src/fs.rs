@@ -723,9 +723,7 @@ pub fn sync_dir(dir: impl AsRef<Path>) -> io::Result<()> {
 pub fn write_atomic(path: impl AsRef<Path>, contents: &[u8]) -> io::Result<()> {
     use std::io::Write;
     let path = path.as_ref();
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no parent"))?;
+    let dir = directory_of(path)?;
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
@@ -739,9 +737,33 @@ pub fn write_atomic(path: impl AsRef<Path>, contents: &[u8]) -> io::Result<()> {
     sync_dir(dir)
 }
 
+/// The directory `path` is in: `.` for a bare file name (`--ready-file ready.json` failed with
+/// "No such file or directory" when the empty parent was synced).
+fn directory_of(path: &Path) -> io::Result<&Path> {
+    match path.parent() {
+        Some(d) if d.as_os_str().is_empty() => Ok(Path::new(".")),
+        Some(d) => Ok(d),
+        None => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path has no parent",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_file_name_is_in_the_working_directory() {
+        assert_eq!(
+            directory_of(Path::new("ready.json")).unwrap(),
+            Path::new(".")
+        );
+        assert_eq!(directory_of(Path::new("a/b.json")).unwrap(), Path::new("a"));
+        assert_eq!(directory_of(Path::new("/x")).unwrap(), Path::new("/"));
+        assert!(directory_of(Path::new("/")).is_err());
+    }
 
     #[test]
     fn write_read_sync_round_trip() {
