@@ -18,7 +18,8 @@
 #   ROUNDS=3 RUN_S=20 WARMUP_S=5 (seconds measured, and of warm-up before, per run);
 #   ONLY=borges or ONLY=kafka runs one system's variants;
 #   KAFKA_HEAP=1G per Kafka JVM; BORGES_BENCH_NO_BUILD=1 uses the binaries as built;
-#   BORGES_BENCH_BIN / BORGES_BENCH_LOADGEN name other binaries.
+#   BORGES_BENCH_BIN / BORGES_BENCH_LOADGEN name other binaries; REPORT_ONLY=1 only rewrites
+#   rows.tsv and summary.md from OUT_DIR's results.
 #
 # Writes OUT_DIR/{max,rate}-{rf1,rf3}.toml (the workloads), {max,rate}-SYSTEM-rfN-ROUND.txt
 # (loadgen's output; .json beside it with the per-second windows), rows.tsv, runs.tsv (load
@@ -39,12 +40,12 @@ KAFKA_HEAP="${KAFKA_HEAP:-1G}"
 case "$ONLY" in "" | borges | kafka) ;; *) echo "ONLY must be borges or kafka" >&2; exit 2 ;; esac
 BIN="$(realpath "${BORGES_BENCH_BIN:-target/release/borges}")"
 LG="$(realpath "${BORGES_BENCH_LOADGEN:-target/release/borges-loadgen}")"
-[ -n "${BORGES_BENCH_NO_BUILD:-}" ] || cargo build --release -p borges-cli -p borges-loadgen >/dev/null
-: >"$OUT/commands.txt"
-: >"$OUT/rows.tsv"
-: >"$OUT/runs.tsv"
+[ -n "${BORGES_BENCH_NO_BUILD:-}${REPORT_ONLY:-}" ] || cargo build --release -p borges-cli -p borges-loadgen >/dev/null
+if [ -z "${REPORT_ONLY:-}" ]; then
+    : >"$OUT/commands.txt"
+    : >"$OUT/runs.tsv"
+fi
 log() { printf '%s\n' "$*" | tee -a "$OUT/commands.txt" >&2; }
-field() { grep -m1 "^$2=" "$1" | cut -d= -f2; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # Workload files in $OUT: the shipped ones with the measured duration (and replication).
@@ -56,10 +57,6 @@ workload() { # SOURCE_NAME RF NAME
             "$OUT/$3.toml"
     fi
 }
-for rf in 1 3; do
-    workload 1-topic-16-partitions-1kb-acks-all "$rf" "max-rf$rf"
-    workload latency-16-partitions-1kb-20k "$rf" "rate-rf$rf"
-done
 
 # The brokers under test: PIDS (first = the one whose CPU loadgen reports), BOOT, and for
 # Borges BDIR; KAFKA_UP when scripts/kafka.sh runs nodes.
@@ -131,51 +128,82 @@ one() { # SYSTEM RF ROUND
             echo "loadgen failed ($f):" >&2; tail -5 "$f" >&2; }
         printf '%s-%s-%s\t%s\t%s\t%s\n' "$kind" "$v" "$round" "$started" "$before" "$(loadavg)" \
             >>"$OUT/runs.tsv"
-        if [ "$kind" = max ]; then
-            for k in throughput_mb_s consume_throughput_mb_s; do
-                printf '%s\t%s\t%s\t%s\n' "$v" "$round" "$k" "$(field "$f" "$k")" >>"$OUT/rows.tsv"
-            done
-        else
-            for q in p50 p99 p999; do
-                printf '%s\t%s\t%s_ms\t%s\n' "$v" "$round" "$q" "$(field "$f" "publish_${q}_ms")" \
-                    >>"$OUT/rows.tsv"
-            done
-        fi
         stop_brokers
     done
 }
 
-VARIANTS=()
-[ "$ONLY" = kafka ] || VARIANTS+=("borges 1" "borges 3")
-[ "$ONLY" = borges ] || VARIANTS+=("kafka 1" "kafka 3")
-log "# $BIN ($(git rev-parse --short HEAD)), $ROUNDS rounds of $RUN_S s after $WARMUP_S s, variants:" \
-    "$(printf '%s; ' "${VARIANTS[@]}")Kafka heap $KAFKA_HEAP per JVM, load average at start: $(loadavg)"
-for r in $(seq 1 "$ROUNDS"); do
-    order=("${VARIANTS[@]}")
-    if [ $((r % 2)) = 0 ]; then
-        order=()
-        for ((i = ${#VARIANTS[@]} - 1; i >= 0; i--)); do order+=("${VARIANTS[i]}"); done
-    fi
-    for v in "${order[@]}"; do
-        # shellcheck disable=SC2086 # "SYSTEM RF"
-        one $v "$r"
+# Every variant, ROUNDS times; the workload files first.
+run_all() {
+    for rf in 1 3; do
+        workload 1-topic-16-partitions-1kb-acks-all "$rf" "max-rf$rf"
+        workload latency-16-partitions-1kb-20k "$rf" "rate-rf$rf"
     done
-done
+    VARIANTS=()
+    [ "$ONLY" = kafka ] || VARIANTS+=("borges 1" "borges 3")
+    [ "$ONLY" = borges ] || VARIANTS+=("kafka 1" "kafka 3")
+    log "# $BIN ($(git rev-parse --short HEAD)), $ROUNDS rounds of $RUN_S s after $WARMUP_S s, variants:" \
+        "$(printf '%s; ' "${VARIANTS[@]}")Kafka heap $KAFKA_HEAP per JVM, load average at start: $(loadavg)"
+    for r in $(seq 1 "$ROUNDS"); do
+        order=("${VARIANTS[@]}")
+        if [ $((r % 2)) = 0 ]; then
+            order=()
+            for ((i = ${#VARIANTS[@]} - 1; i >= 0; i--)); do order+=("${VARIANTS[i]}"); done
+        fi
+        for v in "${order[@]}"; do
+            # shellcheck disable=SC2086 # "SYSTEM RF"
+            one $v "$r"
+        done
+    done
+}
+[ -n "${REPORT_ONLY:-}" ] || run_all
 
-python3 - "$OUT/rows.tsv" "$(loadavg)" "$KAFKA_HEAP" >"$OUT/summary.md" <<'PY'
-import collections, math, statistics, sys
+python3 - "$OUT" "$(loadavg)" "$KAFKA_HEAP" >"$OUT/summary.md" <<'PY'
+import collections, glob, json, math, os, re, statistics, sys
+out, load_end, heap = sys.argv[1:4]
+RATE = 20000  # the latency workload's records/s
+HELD = 0.95   # a run "held" the rate when it acked at least this share of it
+# rows.tsv: variant, round, metric, value, from loadgen's JSON results.
 rows = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    v, r, k, x = line.rstrip("\n").split("\t")
-    try:
-        rows[(v, k)].append(float(x))
-    except ValueError:
-        pass
+unheld = collections.defaultdict(list)  # variant -> acked records/s of rate runs that fell behind
+tsv = []
+for path in sorted(glob.glob(os.path.join(out, "*-rf[13]-*.json"))):
+    m = re.match(r"(max|rate)-(\w+-rf\d)-(\d+)\.json$", os.path.basename(path))
+    if not m:
+        continue
+    kind, v, rnd = m.groups()
+    s = json.load(open(path))["summary"]
+    vals = {}
+    if kind == "max":
+        vals["throughput_mb_s"] = s["throughput_mb_s"]
+        vals["consume_throughput_mb_s"] = s["consume_throughput_mb_s"]
+        vals["broker_cpu_pct"] = s.get("broker_cpu_pct_avg") or float("nan")
+    else:
+        vals["rate_records_s"] = s["throughput_records_s"]
+        if s["throughput_records_s"] >= HELD * RATE and s["publish"]["count"] > 0:
+            for q in ["p50", "p99", "p999"]:
+                vals[f"{q}_ms"] = s["publish"][f"{q}_ms"]
+        else:
+            unheld[v].append(s["throughput_records_s"])
+    for k, x in vals.items():
+        rows[(v, k)].append(x)
+        tsv.append(f"{v}\t{rnd}\t{k}\t{x:.3f}")
+open(os.path.join(out, "rows.tsv"), "w").write("\n".join(tsv) + "\n")
 med = lambda v, k: statistics.median(rows[(v, k)]) if rows[(v, k)] else float("nan")
 div = lambda a, b: a / b if b and not math.isnan(a) and not math.isnan(b) else float("nan")
+def cell(v, k):
+    x = med(v, k)
+    if k.endswith("_ms") and unheld[v]:
+        held = len(rows[(v, k)])
+        r = statistics.median(unheld[v])
+        if held == 0:
+            return f"rate not held ({r:,.0f} rec/s)"
+        return f"{x:.4g} ({held} of {held + len(unheld[v])} rounds held the rate)"
+    return f"{x:,.0f}" if k == "rate_records_s" else f"{x:.4g}"
 names = {
     "throughput_mb_s": "produce MB/s, unthrottled",
     "consume_throughput_mb_s": "consume MB/s, same runs",
+    "broker_cpu_pct": "first broker's CPU %, same runs",
+    "rate_records_s": "acked rec/s at a 20,000 rec/s target",
     "p50_ms": "publish p50 at 20,000 rec/s, ms",
     "p99_ms": "publish p99, ms",
     "p999_ms": "publish p99.9, ms",
@@ -186,14 +214,17 @@ print("|---|---|---|---|---|---|---|---|")
 for k, name in names.items():
     b1, b3 = med("borges-rf1", k), med("borges-rf3", k)
     k1, k3 = med("kafka-rf1", k), med("kafka-rf3", k)
-    print(f"| {name} | {b1:.4g} | {b3:.4g} | {div(b3, b1):.2f} "
-          f"| {k1:.4g} | {k3:.4g} | {div(k3, k1):.2f} | {div(b3, k3):.2f} |")
-print("\nRounds:\n")
+    print(f"| {name} | {cell('borges-rf1', k)} | {cell('borges-rf3', k)} | {div(b3, b1):.2f} "
+          f"| {cell('kafka-rf1', k)} | {cell('kafka-rf3', k)} | {div(k3, k1):.2f} "
+          f"| {div(b3, k3):.2f} |")
+print(f"\nA rate run holds the rate when it acks >= {HELD:.0%} of {RATE:,} rec/s; latency of one "
+      "that does not grows with the run (measured from the intended send time), so it is not "
+      "given.\n\nRounds:\n")
 for v in ["borges-rf1", "borges-rf3", "kafka-rf1", "kafka-rf3"]:
     per = "; ".join(f"{k} " + " / ".join(f"{x:g}" for x in rows[(v, k)])
                     for k in names if rows[(v, k)])
     if per:
         print(f"- {v}: {per}")
-print(f"\nKafka heap per JVM: {sys.argv[3]}; load average at the end: {sys.argv[2]}")
+print(f"\nKafka heap per JVM: {heap}; load average at the end: {load_end}")
 PY
 cat "$OUT/summary.md"
