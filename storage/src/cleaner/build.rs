@@ -1,14 +1,15 @@
 //! Planning a cleaning, building the offset map, and writing the cleaned segments beside the
 //! ones they replace.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::rc::Rc;
 
 use borges_protocol::batch::{self, BatchHeader, Record, RecordBatch, BATCH_HEADER_SIZE_BYTES};
 use borges_protocol::rewrite;
-use borges_runtime::fs::BufferedFile;
-use bytes::Bytes;
+use borges_runtime::fs::{BufferedFile, DirectFile, ReadBuf};
+use borges_runtime::task::{self, Task};
+use bytes::{Bytes, BytesMut};
 
 use super::map::OffsetMap;
 use super::swap::{self, cleaned_path};
@@ -108,17 +109,26 @@ pub(crate) fn plan(log: &PartitionLog, now_ms: i64) -> Option<Plan> {
     })
 }
 
-/// Reads a segment file batch by batch through a window of `cleaner_io_buffer_bytes`.
+/// Reads a segment file batch by batch: direct-IO reads of `cleaner_io_buffer_bytes` (no page
+/// cache copy, no cache pollution), [`READS_IN_FLIGHT`] of them ahead of the batch being
+/// parsed, each copied once into a window that the batches are `Bytes` slices of.
 struct SegmentReader<'a> {
-    file: BufferedFile,
+    file: Rc<DirectFile>,
     path: std::path::PathBuf,
     size: u64,
+    /// Position of the next batch.
     pos: u64,
-    window: Vec<u8>,
-    window_start: u64,
+    /// Bytes from `pos` on that have been read.
+    window: Bytes,
+    /// Position of the first byte not yet requested.
+    next_read: u64,
+    in_flight: VecDeque<(usize, Task<std::io::Result<ReadBuf>>)>,
     cleaner: &'a Cleaner,
     _fd: crate::core::Descriptors,
 }
+
+/// Reads a [`SegmentReader`] keeps in flight: one being parsed while the next arrives.
+const READS_IN_FLIGHT: usize = 2;
 
 impl<'a> SegmentReader<'a> {
     async fn open(
@@ -131,37 +141,57 @@ impl<'a> SegmentReader<'a> {
         let file = log
             .core
             .disk
-            .open_buffered_read(&path)
+            .open_direct_read(&path)
             .await
             .map_err(|e| io_error("open", &path, e))?;
         Ok(SegmentReader {
-            file,
+            file: Rc::new(file),
             path,
             size: seg.size,
             pos: 0,
-            window: Vec::new(),
-            window_start: 0,
+            window: Bytes::new(),
+            next_read: 0,
+            in_flight: VecDeque::new(),
             cleaner,
             _fd: fd,
         })
     }
 
-    fn covered(&self, len: u64) -> bool {
-        self.pos >= self.window_start
-            && self.pos + len <= self.window_start + self.window.len() as u64
+    /// Keeps [`READS_IN_FLIGHT`] reads going ahead of the window.
+    fn read_ahead(&mut self) {
+        while self.in_flight.len() < READS_IN_FLIGHT && self.next_read < self.size {
+            let len = (self.cleaner.config.io_buffer_bytes as u64).min(self.size - self.next_read);
+            let (file, position) = (self.file.clone(), self.next_read);
+            let read = task::spawn(async move { file.read_at(position, len as usize).await });
+            self.in_flight.push_back((len as usize, read));
+            self.next_read += len;
+        }
     }
 
+    /// Extends the window until it holds `len` bytes from `pos` (the caller checked that the
+    /// segment has them).
     async fn fill(&mut self, len: u64) -> Result<(), StorageError> {
-        let len = len
-            .max(self.cleaner.config.io_buffer_bytes as u64)
-            .min(self.size - self.pos);
-        self.window = self
-            .file
-            .read_exact_at(self.pos, len as usize)
-            .await
-            .map_err(|e| io_error("read", &self.path, e))?;
-        self.window_start = self.pos;
-        self.cleaner.throttle.spend(len).await;
+        while (self.window.len() as u64) < len {
+            self.read_ahead();
+            let Some((want, read)) = self.in_flight.pop_front() else {
+                return Err(self.corrupt("segment ends before its planned size".into()));
+            };
+            let data = read.await.map_err(|e| io_error("read", &self.path, e))?;
+            if data.len() < want {
+                return Err(self.corrupt(format!(
+                    "short read of {} bytes where {want} exist",
+                    data.len()
+                )));
+            }
+            // The rest of the window (part of one batch at most) and the new chunk, in one
+            // buffer: the only copy of the data on its way to the batches.
+            let mut grown = BytesMut::with_capacity(self.window.len() + data.len());
+            grown.extend_from_slice(&self.window);
+            grown.extend_from_slice(&data);
+            self.window = grown.freeze();
+            self.read_ahead();
+            self.cleaner.throttle.spend(want as u64).await;
+        }
         Ok(())
     }
 
@@ -182,27 +212,24 @@ impl<'a> SegmentReader<'a> {
         if self.pos + header_len > self.size {
             return Err(self.corrupt("truncated batch header".into()));
         }
-        if !self.covered(header_len) {
-            self.fill(header_len).await?;
-        }
-        let at = (self.pos - self.window_start) as usize;
-        let h = BatchHeader::parse(&self.window[at..]).map_err(|e| self.corrupt(e.to_string()))?;
+        self.fill(header_len).await?;
+        let h = BatchHeader::parse(&self.window).map_err(|e| self.corrupt(e.to_string()))?;
         let len = h.size_bytes() as u64;
         if self.pos + len > self.size {
             return Err(self.corrupt("batch runs past the segment end".into()));
         }
-        if !self.covered(len) {
-            self.fill(len).await?;
-        }
-        let at = (self.pos - self.window_start) as usize;
-        let bytes = Bytes::copy_from_slice(&self.window[at..at + len as usize]);
+        self.fill(len).await?;
+        let bytes = self.window.split_to(len as usize);
         let b = RecordBatch::parse(bytes).map_err(|e| self.corrupt(e.to_string()))?;
         self.pos += len;
         Ok(Some(b))
     }
 
     async fn close(self) {
-        let _ = self.file.close().await;
+        // Reads still in flight finish before the file goes (their tasks hold it).
+        for (_, read) in self.in_flight {
+            let _ = read.await;
+        }
     }
 }
 
