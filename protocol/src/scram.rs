@@ -268,9 +268,12 @@ impl Credential {
         iterations: u32,
     ) -> Result<Credential, ScramError> {
         check_iterations(iterations)?;
-        let mut salt = [0u8; SALT_RANDOM_BYTES];
-        rand::rngs::OsRng.fill_bytes(&mut salt);
-        Ok(Credential::new(mechanism, password, &salt, iterations))
+        Ok(Credential::new(
+            mechanism,
+            password,
+            &random_salt(),
+            iterations,
+        ))
     }
 
     /// Checks sizes against the mechanism (a credential read from a file).
@@ -295,6 +298,13 @@ fn check_iterations(iterations: u32) -> Result<(), ScramError> {
     } else {
         Err(ScramError::IterationsOutOfRange { iterations })
     }
+}
+
+/// A fresh salt from the operating system's CSPRNG ([`SALT_RANDOM_BYTES`] bytes).
+pub fn random_salt() -> [u8; SALT_RANDOM_BYTES] {
+    let mut salt = [0u8; SALT_RANDOM_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut salt);
+    salt
 }
 
 /// A fresh nonce from the operating system's CSPRNG: base64 (printable, no `,`).
