@@ -1,10 +1,12 @@
-//! SCRAM users in the cluster metadata (issue 20 item 2): a user created through one broker
-//! (AlterUserScramCredentials) authenticates on every broker, a deleted one is refused
+//! SCRAM users through the brokers (issue 20 item 2). In a cluster they live in the metadata
+//! log: a user created through one broker (`borges user create --bootstrap`, the CLI's
+//! AlterUserScramCredentials) authenticates on every broker, a deleted one is refused
 //! everywhere, the credentials survive a restart of every broker and are in no broker's file,
 //! DescribeUserScramCredentials shows mechanisms and iterations only, refused alterations
 //! change nothing, and with the authorizer on a principal without Alter on the cluster is
 //! refused. The brokers' credentials file (alice, broker, admin) is the bootstrap set: the
-//! first change carries it over, so the inter-broker user keeps replicating.
+//! first change carries it over, so the inter-broker user keeps replicating. A single node
+//! answers the same requests from its credentials file.
 
 mod replicated;
 
@@ -16,6 +18,7 @@ use borges_client::{
     Admin, ClientError, ErrorCode, SaslConfig, ScramDeletion, ScramMechanism, ScramUpsertion,
 };
 use borges_testkit::cluster::{wait_until, Cluster};
+use borges_testkit::{BrokerOptions, BrokerProcess};
 use replicated::{acks_all, check_acked, runtime, values};
 
 const SHA256: ScramMechanism = ScramMechanism::ScramSha256;
@@ -60,6 +63,35 @@ fn cluster(dir: &Path) -> Cluster {
         password_file.display().to_string()
     );
     replicated::cluster(3, toml)
+}
+
+/// `borges --bootstrap ADDR` as `user` (password `USER-secret`, written to a file in `dir`)
+/// with `stdin`; its exit status and output.
+fn cli_as(addr: &str, dir: &Path, user: &str, args: &[&str], stdin: &str) -> std::process::Output {
+    let pw = dir.join(format!("{user}.pw"));
+    std::fs::write(&pw, format!("{user}-secret\n")).unwrap();
+    let mut child = Command::new(borges_testkit::borges_bin())
+        .args(["--bootstrap", addr, "--sasl-mechanism", "SCRAM-SHA-256"])
+        .args(["--sasl-username", user, "--sasl-password-file"])
+        .arg(&pw)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("borges");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("stdin");
+    drop(input);
+    child.wait_with_output().expect("wait")
+}
+
+/// [`cli_as`] that must succeed: its standard output.
+fn cli_ok(addr: &str, dir: &Path, user: &str, args: &[&str], stdin: &str) -> String {
+    let out = cli_as(addr, dir, user, args, stdin);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "borges {args:?}: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn as_user(addr: &str, user: &str, password: &str) -> borges_client::ClientConfig {
@@ -122,9 +154,14 @@ fn scram_users_live_in_the_metadata_log() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(dir.path());
     assert!(!authenticates(&mut c, 2, "carol", "carol-secret"));
-    let admin = admin_on(&mut c, 1, "admin");
-    let created = upsert(&admin, &[user("carol", 4096)], &[]);
-    assert_eq!(created, vec![("carol".to_string(), None)]);
+    let d = dir.path();
+    let one = c.node(1).addr();
+    let create = ["user", "create", "carol", "--password-stdin"];
+    let out = cli_ok(&one, d, "admin", &create, "carol-secret\n");
+    assert!(
+        out.contains("Completed updating SCRAM-SHA-256 credential of user 'carol'"),
+        "{out}"
+    );
     // Broker 1 answered once its own cores had the new set: it authenticates carol now.
     assert!(
         authenticates(&mut c, 1, "carol", "carol-secret"),
@@ -266,4 +303,55 @@ fn inter_broker_user_replicates(c: &mut Cluster) {
         0,
     ));
     assert_eq!(check_acked(&sent, &log), 5, "{sent:?}\n{}", c.logs());
+}
+
+/// A single node answers the API from its credentials file, as `borges user` without
+/// `--bootstrap` edits it: a user created through the API is in the file and authenticates;
+/// deleted, it is refused.
+#[test]
+fn a_single_node_keeps_api_users_in_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with(BrokerOptions {
+        args: vec!["--sasl-enabled-mechanisms".into(), "SCRAM-SHA-256".into()],
+        ..BrokerOptions::default()
+    });
+    let file = broker.data_dir().join("sasl-credentials.toml");
+    create_file_user(&file, "admin", "admin-secret");
+    let addr = broker.bootstrap();
+    let d = dir.path();
+    wait_until("admin authenticates", || {
+        runtime()
+            .block_on(Admin::new(as_user(&addr, "admin", "admin-secret")))
+            .is_ok()
+    });
+    let create = [
+        "user",
+        "create",
+        "carol",
+        "--password-stdin",
+        "--iterations",
+        "8192",
+    ];
+    cli_ok(&addr, d, "admin", &create, "carol-secret\n");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("carol") && !text.contains("carol-secret"),
+        "{text}"
+    );
+    let carol = || {
+        runtime()
+            .block_on(Admin::new(as_user(&addr, "carol", "carol-secret")))
+            .is_ok()
+    };
+    assert!(carol(), "{}", broker.log());
+    let listed = cli_ok(&addr, d, "admin", &["user", "list"], "");
+    assert!(
+        listed.contains("'carol' are SCRAM-SHA-256=iterations=8192"),
+        "{listed}"
+    );
+    let bad = cli_as(&addr, d, "admin", &["user", "delete", "nobody"], "");
+    assert!(!bad.status.success());
+    cli_ok(&addr, d, "admin", &["user", "delete", "carol"], "");
+    assert!(!carol(), "a deleted user authenticated");
+    assert!(!std::fs::read_to_string(&file).unwrap().contains("carol"));
 }
