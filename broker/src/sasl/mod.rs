@@ -564,3 +564,48 @@ pub fn not_enabled(header: &FrameHeader) -> Response {
         _ => authenticate_response(header, Some(&failure), None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, password: &[u8]) -> file::UserCredential {
+        file::UserCredential {
+            name: name.into(),
+            credential: Credential::generate(Mechanism::ScramSha256, password, 4096).unwrap(),
+        }
+    }
+
+    /// The file is the bootstrap set; once the metadata log's credentials are installed they
+    /// replace it, a re-read file changes nothing, and only a newer generation replaces them.
+    #[test]
+    fn metadata_credentials_take_precedence_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SaslSettings {
+            mechanisms: vec!["SCRAM-SHA-256".into()],
+            ..SaslSettings::default()
+        };
+        let path = settings.credentials_path(dir.path());
+        file::write(&path, &[user("alice", b"pw")]).unwrap();
+        let sasl = Sasl::load(&settings, dir.path()).unwrap();
+        let sha256 = Mechanism::ScramSha256;
+        assert!(sasl.lookup("alice", sha256).is_some());
+        assert_eq!(sasl.metadata_generation(), 0);
+        assert!(sasl.install_from_metadata(7, vec![user("carol", b"pw")]));
+        assert!(
+            sasl.lookup("alice", sha256).is_none(),
+            "the file's users are replaced"
+        );
+        assert!(sasl.lookup("carol", sha256).is_some());
+        file::write(&path, &[user("alice", b"pw"), user("mallory", b"pw")]).unwrap();
+        assert_eq!(sasl.reload().unwrap(), 1);
+        assert!(
+            sasl.lookup("mallory", sha256).is_none(),
+            "the file is not used any more"
+        );
+        assert!(!sasl.install_from_metadata(7, Vec::new()), "not newer");
+        assert!(sasl.lookup("carol", sha256).is_some());
+        assert!(sasl.install_from_metadata(9, Vec::new()));
+        assert_eq!((sasl.users(), sasl.metadata_generation()), (0, 9));
+    }
+}
