@@ -180,6 +180,7 @@ fn scram_users_live_in_the_metadata_log() {
     );
     assert!(listed.iter().all(|(_, m)| m == &vec![(SHA256, 4096)]));
     refusals_change_nothing(&mut c, &listed);
+    concurrent_creations_are_all_kept(&mut c);
     let deleted = upsert(
         &admin_on(&mut c, 3, "admin"),
         &[],
@@ -266,6 +267,48 @@ fn refusals_change_nothing(c: &mut Cluster, before: &[(String, Vec<(ScramMechani
     let ghost = &one.expect("describe")[0];
     let code = ghost.credentials.as_ref().err().and_then(ClientError::code);
     assert_eq!(code, Some(ErrorCode::ResourceNotFound));
+}
+
+/// Users created at once through the three brokers (their changes race for one generation;
+/// the losers compute again on the winner's set): every one is kept.
+fn concurrent_creations_are_all_kept(c: &mut Cluster) {
+    let admins: Vec<Admin> = (1..=3).map(|id| admin_on(c, id, "admin")).collect();
+    let create = |i: usize| {
+        let admin = admins[i].clone();
+        async move {
+            let mut results = Vec::new();
+            for j in 0..3 {
+                let u = user(&format!("racer{i}{j}"), 4096);
+                let r = admin.alter_user_scram_credentials(&[u], &[]).await;
+                results.extend(r.expect("AlterUserScramCredentials"));
+            }
+            results
+        }
+    };
+    let rt = runtime();
+    let (a, b, c3) = rt.block_on(async { tokio::join!(create(0), create(1), create(2)) });
+    for (name, r) in a.into_iter().chain(b).chain(c3) {
+        assert!(r.is_ok(), "{name}: {r:?}");
+    }
+    let racers: Vec<String> = described(&admins[0])
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.starts_with("racer"))
+        .collect();
+    assert_eq!(
+        racers.len(),
+        9,
+        "a concurrent creation was lost: {racers:?}"
+    );
+    let deletions: Vec<ScramDeletion> = racers
+        .into_iter()
+        .map(|name| ScramDeletion {
+            name,
+            mechanism: SHA256,
+        })
+        .collect();
+    let deleted = upsert(&admins[0], &[], &deletions);
+    assert!(deleted.iter().all(|(_, e)| e.is_none()), "{deleted:?}");
 }
 
 fn restart_every_broker(c: &mut Cluster) {
