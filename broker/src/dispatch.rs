@@ -127,6 +127,12 @@ fn verify_message(api: ApiKey, message: &[u8]) -> Result<(), Failure> {
         ApiKey::CreateAcls => wire::verify::<m::CreateAclsRequest>(message).map(drop),
         ApiKey::DescribeAcls => wire::verify::<m::DescribeAclsRequest>(message).map(drop),
         ApiKey::DeleteAcls => wire::verify::<m::DeleteAclsRequest>(message).map(drop),
+        ApiKey::AlterUserScramCredentials => {
+            wire::verify::<m::AlterUserScramCredentialsRequest>(message).map(drop)
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            wire::verify::<m::DescribeUserScramCredentialsRequest>(message).map(drop)
+        }
     }
 }
 

@@ -112,7 +112,8 @@ pub async fn run(
         Command::Consume(args) => crate::consume::run(config, ui, args).await,
         Command::Group(group) => crate::group::run(config, group).await,
         Command::Acl(acl) => crate::acl::run(config, acl).await,
-        Command::Broker(_) | Command::Storage(_) | Command::Cluster(_) | Command::User(_) => {
+        Command::User(user) => crate::user::run_api(config, user).await,
+        Command::Broker(_) | Command::Storage(_) | Command::Cluster(_) => {
             unreachable!("these commands run without a tokio runtime")
         }
     }

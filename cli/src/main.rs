@@ -16,7 +16,8 @@ mod user;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::args::{Cli, Command};
 use crate::commands::{is_broken_pipe, UsageError};
@@ -26,7 +27,10 @@ use crate::output::Ui;
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    // `borges user` edits a credentials file unless --bootstrap is on the command line.
+    let bootstrap_given = matches.value_source("bootstrap") == Some(ValueSource::CommandLine);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The broker's errors may span lines (a config file error as toml renders it).
     let multiline = matches!(cli.command, Command::Broker(_));
     let result = match cli.command {
@@ -39,7 +43,7 @@ fn main() -> ExitCode {
         }
         // Local files and the blocking controller-link client: no tokio runtime either.
         Command::Storage(c) => cluster_cmd::run_storage(c),
-        Command::User(c) => user::run(c),
+        Command::User(c) if !bootstrap_given => user::run(c),
         Command::Cluster(c) => commands::ClientTls {
             ca: cli.tls_ca.clone(),
             cert: cli.tls_cert.clone(),

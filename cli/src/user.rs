@@ -1,13 +1,17 @@
-//! `borges user create|delete|list`: the SCRAM credentials of a single broker, in its
-//! credentials file (salted and hashed; docs/operations.md "SASL"). The broker re-reads the
-//! file within a second of a change.
+//! `borges user create|delete|list`: SCRAM credentials (docs/operations.md "SASL"). With
+//! `--bootstrap` on the command line: through the brokers' AlterUserScramCredentials and
+//! DescribeUserScramCredentials (a cluster's metadata log, or a single node's file), the
+//! password salted here so that it never crosses the wire. Without: a single broker's
+//! credentials file, edited in place (salted and hashed); the broker re-reads it within a
+//! second of a change.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use borges_broker::config::SASL_CREDENTIALS_FILE_NAME;
 use borges_broker::sasl::file::{self, UserCredential};
+use borges_client::{Admin, ClientConfig, ScramDeletion, ScramUpsertion};
 use borges_protocol::scram::{Credential, Mechanism, ITERATIONS_MAX, ITERATIONS_MIN};
 use clap::{Args, Subcommand};
 
@@ -17,10 +21,18 @@ const EXAMPLES: &str = "Examples:
   printf '%s\\n' \"$PASSWORD\" | borges user create alice --mechanism SCRAM-SHA-256 --password-stdin
   borges user list
   borges user delete alice
+  printf '%s\\n' \"$PASSWORD\" | borges --bootstrap-server h1:9292 --sasl-mechanism SCRAM-SHA-256 \\
+      --sasl-username admin --sasl-password-file admin.pw user create alice --password-stdin
+  borges --bootstrap-server h1:9292 user list
 
-The credentials file is DATA_DIR/sasl-credentials.toml (--data-dir, default ./borges-data), or
---credentials-file FILE: the broker's sasl.credentials_file. A running broker re-reads it
-within a second.";
+With --bootstrap (--bootstrap-server) on the command line the brokers change the credentials
+(AlterUserScramCredentials; in a cluster, for every broker, in the metadata log; needs Alter
+on the cluster with the authorizer on). The global TLS and SASL flags apply.
+
+Without it, the credentials file is DATA_DIR/sasl-credentials.toml (--data-dir, default
+./borges-data), or --credentials-file FILE: the broker's sasl.credentials_file. A running
+broker re-reads it within a second; a cluster's brokers use it only until the metadata log
+holds credentials.";
 
 /// Where the credentials file is.
 #[derive(Debug, Clone, Args)]
@@ -112,7 +124,9 @@ pub fn run(command: UserCommand) -> anyhow::Result<()> {
     }
 }
 
-fn create(name: &str, m: Mechanism, iterations: u32, path: &Path) -> anyhow::Result<()> {
+/// Checks `create`'s name and iterations, then reads the password (the first line of
+/// standard input).
+fn create_password(name: &str, iterations: u32) -> anyhow::Result<String> {
     if let Err(e) = borges_broker::sasl::check_username(name) {
         usage!("{e}");
     }
@@ -128,6 +142,11 @@ fn create(name: &str, m: Mechanism, iterations: u32, path: &Path) -> anyhow::Res
     if password.is_empty() {
         usage!("--password-stdin: standard input has no password");
     }
+    Ok(password.to_string())
+}
+
+fn create(name: &str, m: Mechanism, iterations: u32, path: &Path) -> anyhow::Result<()> {
+    let password = create_password(name, iterations)?;
     let credential = Credential::generate(m, password.as_bytes(), iterations)?;
     let mut users = file::read(path)?;
     let user = UserCredential {
@@ -156,28 +175,130 @@ fn delete(name: &str, m: Option<Mechanism>, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One line per user, as `kafka-configs.sh --describe --entity-type users`.
+/// A user's mechanisms and iterations.
+type Listed = (String, Vec<(Mechanism, u32)>);
+
+/// The file's users, by name, with their mechanisms in SCRAM-SHA-256, -512 order.
+fn listed(mut users: Vec<UserCredential>) -> Vec<Listed> {
+    users.sort_by_key(|u| (u.name.clone(), u.credential.mechanism.wire_type()));
+    let mut out: Vec<Listed> = Vec::new();
+    for u in users {
+        let info = (u.credential.mechanism, u.credential.iterations);
+        match out.last_mut() {
+            Some((name, infos)) if *name == u.name => infos.push(info),
+            _ => out.push((u.name, vec![info])),
+        }
+    }
+    out
+}
+
 fn list(path: &Path) -> anyhow::Result<()> {
-    let mut users = file::read(path)?;
-    users.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut i = 0;
-    while i < users.len() {
-        let name = &users[i].name;
-        let same: Vec<String> = users[i..]
+    print_users(&listed(file::read(path)?))
+}
+
+/// One line per user, as `kafka-configs.sh --describe --entity-type users`.
+fn print_users(users: &[Listed]) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for (name, infos) in users {
+        let same: Vec<String> = infos
             .iter()
-            .take_while(|u| &u.name == name)
-            .map(|u| {
-                format!(
-                    "{}=iterations={}",
-                    u.credential.mechanism, u.credential.iterations
-                )
-            })
+            .map(|(m, iterations)| format!("{m}=iterations={iterations}"))
             .collect();
-        println!(
+        writeln!(
+            out,
             "SCRAM credential configs for user-principal '{name}' are {}",
             same.join(", ")
-        );
-        i += same.len();
+        )?;
     }
     Ok(())
+}
+
+/// `--credentials-file` names a file: not with `--bootstrap`.
+fn no_file(file: &FileArgs) -> anyhow::Result<()> {
+    if file.credentials_file.is_some() {
+        usage!("--credentials-file edits a file; with --bootstrap the brokers change the users");
+    }
+    Ok(())
+}
+
+/// The one user's result of an AlterUserScramCredentials.
+fn user_result(
+    results: Vec<(String, borges_client::Result<()>)>,
+    name: &str,
+) -> anyhow::Result<()> {
+    match results.into_iter().find(|(n, _)| n == name) {
+        Some((_, result)) => Ok(result.with_context(|| format!("user '{name}'"))?),
+        None => anyhow::bail!("the broker did not answer for user '{name}'"),
+    }
+}
+
+/// Runs `borges user ...` through the brokers (`--bootstrap` given).
+pub async fn run_api(config: ClientConfig, command: UserCommand) -> anyhow::Result<()> {
+    let admin = Admin::new(config).await?;
+    match command {
+        UserCommand::Create {
+            name,
+            mechanism: m,
+            iterations,
+            file,
+            ..
+        } => {
+            no_file(&file)?;
+            let m = mechanism(&m)?;
+            let password = create_password(&name, iterations)?;
+            let upsertion = ScramUpsertion::new(&name, m, iterations, &password)?;
+            let results = admin
+                .alter_user_scram_credentials(&[upsertion], &[])
+                .await?;
+            user_result(results, &name)?;
+            println!("Completed updating {m} credential of user '{name}'.");
+        }
+        UserCommand::Delete {
+            name,
+            mechanism: m,
+            file,
+        } => {
+            no_file(&file)?;
+            let m = m.as_deref().map(mechanism).transpose()?;
+            delete_api(&admin, &name, m).await?;
+            println!("Completed deleting credentials of user '{name}'.");
+        }
+        UserCommand::List { file } => {
+            no_file(&file)?;
+            let users = admin.describe_user_scram_credentials(&[]).await?;
+            let users: Vec<Listed> = users
+                .into_iter()
+                .map(|u| Ok((u.name, u.credentials?)))
+                .collect::<borges_client::Result<_>>()?;
+            print_users(&users)?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `name`'s credential of `m`, or all of them (looked up first).
+async fn delete_api(admin: &Admin, name: &str, m: Option<Mechanism>) -> anyhow::Result<()> {
+    let mechanisms = match m {
+        Some(m) => vec![m],
+        None => {
+            let described = admin.describe_user_scram_credentials(&[name]).await?;
+            let found = described.into_iter().find(|u| u.name == name);
+            let Some(found) = found else {
+                anyhow::bail!("the broker did not describe user '{name}'");
+            };
+            let infos = found
+                .credentials
+                .with_context(|| format!("user '{name}'"))?;
+            infos.into_iter().map(|(m, _)| m).collect()
+        }
+    };
+    let deletions: Vec<ScramDeletion> = mechanisms
+        .into_iter()
+        .map(|mechanism| ScramDeletion {
+            name: name.to_string(),
+            mechanism,
+        })
+        .collect();
+    let results = admin.alter_user_scram_credentials(&[], &deletions).await?;
+    user_result(results, name)
 }

@@ -1,5 +1,9 @@
 //! The admin client: topics, configs and offsets.
 
+mod scram;
+
+pub use scram::{ScramDeletion, ScramUpsertion, UserScramCredentials};
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -46,7 +46,7 @@ mod timer;
 mod tls;
 mod types;
 
-pub use admin::Admin;
+pub use admin::{Admin, ScramDeletion, ScramUpsertion, UserScramCredentials};
 pub use config::{
     Acks, ClientConfig, Compression, ConsumerConfig, OffsetReset, ProducerConfig, TlsConfig,
 };
@@ -63,4 +63,5 @@ pub use types::{
 
 /// The wire error codes ([`ClientError::Broker`] carries one).
 pub use borges_protocol::acl;
+pub use borges_protocol::scram::Mechanism as ScramMechanism;
 pub use borges_protocol::ErrorCode;

@@ -79,5 +79,9 @@ fuzz_target!(|data: &[u8]| {
         CreateAcls => CreateAclsRequest, CreateAclsResponse;
         DescribeAcls => DescribeAclsRequest, DescribeAclsResponse;
         DeleteAcls => DeleteAclsRequest, DeleteAclsResponse;
+        AlterUserScramCredentials =>
+            AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse;
+        DescribeUserScramCredentials =>
+            DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse;
     );
 });

@@ -103,6 +103,10 @@ api_keys! {
     DescribeAcls = 22, versions = 0..=0, served = true;
     /// Remove ACLs matching filters (Alter on the cluster).
     DeleteAcls = 23, versions = 0..=0, served = true;
+    /// Create, replace or delete users' SCRAM credentials (Alter on the cluster).
+    AlterUserScramCredentials = 24, versions = 0..=0, served = true;
+    /// List users' SCRAM mechanisms and iterations, never secrets (Describe on the cluster).
+    DescribeUserScramCredentials = 25, versions = 0..=0, served = true;
 }
 
 impl std::fmt::Display for ApiKey {

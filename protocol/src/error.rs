@@ -174,6 +174,16 @@ error_codes! {
     /// The principal may not do this to the cluster (ACL management, broker configs, replica
     /// fetches, idempotent producers); nothing was changed.
     ClusterAuthorizationFailed = 55, retriable = false, "cluster authorization failed";
+    /// A resource the request names does not exist (Kafka's RESOURCE_NOT_FOUND): deleting or
+    /// describing a SCRAM credential no user has.
+    ResourceNotFound = 56, retriable = false, "resource not found";
+    /// A SCRAM credential the broker refuses (Kafka's UNACCEPTABLE_CREDENTIAL): iterations
+    /// outside 4096..=16384, an empty or invalid username, an unknown mechanism, a salt or
+    /// salted password of the wrong size.
+    UnacceptableCredential = 57, retriable = false, "unacceptable SCRAM credential";
+    /// A request names the same resource twice where it may name it once (Kafka's
+    /// DUPLICATE_RESOURCE): one user and mechanism twice in AlterUserScramCredentials.
+    DuplicateResource = 58, retriable = false, "resource named twice in one request";
 }
 
 impl std::fmt::Display for ErrorCode {

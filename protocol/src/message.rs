@@ -154,6 +154,10 @@ api_roots! {
     CreateAcls => CreateAclsRequest, CreateAclsResponse;
     DescribeAcls => DescribeAclsRequest, DescribeAclsResponse;
     DeleteAcls => DeleteAclsRequest, DeleteAclsResponse;
+    AlterUserScramCredentials =>
+        AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse;
+    DescribeUserScramCredentials =>
+        DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse;
 }
 
 /// A [`wire::PayloadRange`] for `length` bytes at `offset` in the payload region, checked to fit

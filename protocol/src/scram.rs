@@ -42,6 +42,10 @@ pub const ITERATIONS_MAX: u32 = 16384;
 pub const NONCE_RANDOM_BYTES: usize = 24;
 /// Bytes of a salt this module generates.
 pub const SALT_RANDOM_BYTES: usize = 32;
+/// Most deletions and upsertions together in one AlterUserScramCredentials request.
+pub const ALTERATIONS_PER_REQUEST_MAX: usize = 1000;
+/// Most users one DescribeUserScramCredentials request names.
+pub const DESCRIBED_USERS_PER_REQUEST_MAX: usize = 1000;
 
 /// A SCRAM mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,6 +71,23 @@ impl Mechanism {
     /// The mechanism of a SASL name (exact, upper case as registered).
     pub fn from_name(name: &str) -> Option<Mechanism> {
         Mechanism::ALL.iter().copied().find(|m| m.name() == name)
+    }
+
+    /// The mechanism's number on the wire (Kafka's ScramMechanism: 1 SCRAM-SHA-256,
+    /// 2 SCRAM-SHA-512).
+    pub fn wire_type(self) -> i8 {
+        match self {
+            Mechanism::ScramSha256 => 1,
+            Mechanism::ScramSha512 => 2,
+        }
+    }
+
+    /// The mechanism of a wire number; `None` for 0 (Kafka's UNKNOWN) and others.
+    pub fn from_wire_type(value: i8) -> Option<Mechanism> {
+        Mechanism::ALL
+            .iter()
+            .copied()
+            .find(|m| m.wire_type() == value)
     }
 
     /// Size of the hash, and so of every key and signature, in bytes.
@@ -104,8 +125,9 @@ impl Mechanism {
         }
     }
 
-    /// `Hi(password, salt, iterations)`: PBKDF2 with this mechanism's HMAC.
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+    /// `Hi(password, salt, iterations)`: PBKDF2 with this mechanism's HMAC. What a client
+    /// sends in AlterUserScramCredentials instead of the password.
+    pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         let mut out = vec![0u8; self.key_size_bytes()];
         match self {
             Mechanism::ScramSha256 => {
@@ -205,14 +227,38 @@ impl Credential {
     /// The credential of `password` with `salt` and `iterations`.
     pub fn new(mechanism: Mechanism, password: &[u8], salt: &[u8], iterations: u32) -> Credential {
         let salted = mechanism.salted_password(password, salt, iterations);
-        let client_key = mechanism.hmac(&salted, b"Client Key");
+        Credential::from_salted(mechanism, &salted, salt, iterations)
+    }
+
+    fn from_salted(mechanism: Mechanism, salted: &[u8], salt: &[u8], iterations: u32) -> Self {
+        let client_key = mechanism.hmac(salted, b"Client Key");
         Credential {
             mechanism,
             salt: salt.to_vec(),
             iterations,
             stored_key: mechanism.hash(&client_key),
-            server_key: mechanism.hmac(&salted, b"Server Key"),
+            server_key: mechanism.hmac(salted, b"Server Key"),
         }
+    }
+
+    /// The credential of a salted password (`Hi(password, salt, iterations)`, as
+    /// AlterUserScramCredentials carries it), checked: iterations in range, the salted
+    /// password of the mechanism's hash size, a salt of 1..=[`SALT_SIZE_BYTES_MAX`] bytes.
+    pub fn from_salted_password(
+        mechanism: Mechanism,
+        salted_password: &[u8],
+        salt: &[u8],
+        iterations: u32,
+    ) -> Result<Credential, ScramError> {
+        check_iterations(iterations)?;
+        if salted_password.len() != mechanism.key_size_bytes() {
+            return Err(ScramError::Malformed(
+                "salted password size differs from the mechanism's",
+            ));
+        }
+        let credential = Credential::from_salted(mechanism, salted_password, salt, iterations);
+        credential.validate()?;
+        Ok(credential)
     }
 
     /// The credential of `password` with a fresh random salt.
@@ -222,9 +268,12 @@ impl Credential {
         iterations: u32,
     ) -> Result<Credential, ScramError> {
         check_iterations(iterations)?;
-        let mut salt = [0u8; SALT_RANDOM_BYTES];
-        rand::rngs::OsRng.fill_bytes(&mut salt);
-        Ok(Credential::new(mechanism, password, &salt, iterations))
+        Ok(Credential::new(
+            mechanism,
+            password,
+            &random_salt(),
+            iterations,
+        ))
     }
 
     /// Checks sizes against the mechanism (a credential read from a file).
@@ -249,6 +298,13 @@ fn check_iterations(iterations: u32) -> Result<(), ScramError> {
     } else {
         Err(ScramError::IterationsOutOfRange { iterations })
     }
+}
+
+/// A fresh salt from the operating system's CSPRNG ([`SALT_RANDOM_BYTES`] bytes).
+pub fn random_salt() -> [u8; SALT_RANDOM_BYTES] {
+    let mut salt = [0u8; SALT_RANDOM_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut salt);
+    salt
 }
 
 /// A fresh nonce from the operating system's CSPRNG: base64 (printable, no `,`).

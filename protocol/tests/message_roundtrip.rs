@@ -109,6 +109,9 @@ gen_tables! {
     AclCreationResultT { error_code, error_message },
     AclFilterT { principal, resource_type, resource_name, pattern_type, operation, permission },
     AlterConfigsRequestT { resources, validate_only },
+    AlterUserScramCredentialsRequestT { deletions, upsertions },
+    AlterUserScramCredentialsResponseT { error_code, error_message, results },
+    AlterUserScramCredentialsResultT { user, error_code, error_message },
     AlterConfigsResourceT { resource_type, resource_name, configs },
     AlterConfigsResourceResultT { error_code, error_message, resource_type, resource_name },
     AlterConfigsResponseT { error_code, error_message, results },
@@ -150,6 +153,9 @@ gen_tables! {
     DescribeConfigsResultT { error_code, error_message, resource_type, resource_name, configs },
     DescribeGroupsRequestT { group_ids },
     DescribeGroupsResponseT { error_code, error_message, groups },
+    DescribeUserScramCredentialsRequestT { users },
+    DescribeUserScramCredentialsResponseT { error_code, error_message, results },
+    DescribeUserScramCredentialsResultT { user, error_code, error_message, credential_infos },
     DescribedGroupT { error_code, error_message, group_id, group_state, group_epoch, assignment_epoch, assignor_name, members },
     DescribedGroupMemberT { member_id, instance_id, rack_id, member_epoch, client_id, client_host, subscribed_topic_names, assignment, target_assignment },
     EpochEndOffsetT { epoch, end_offset },
@@ -169,6 +175,9 @@ gen_tables! {
     InitProducerIdResponseT {
         error_code, error_message, throttle_time_ms, producer_id, producer_epoch
     },
+    ScramCredentialDeletionT { name, mechanism },
+    ScramCredentialInfoT { mechanism, iterations },
+    ScramCredentialUpsertionT { name, mechanism, iterations, salt, salted_password },
     SaslAuthenticateRequestT { auth_bytes },
     SaslAuthenticateResponseT { error_code, error_message, auth_bytes, session_lifetime_ms },
     SaslHandshakeRequestT { mechanism },
@@ -335,6 +344,14 @@ round_trips! {
     describe_acls_response: DescribeAcls => DescribeAclsResponseT, DescribeAclsResponse, response;
     delete_acls_request: DeleteAcls => DeleteAclsRequestT, DeleteAclsRequest, request;
     delete_acls_response: DeleteAcls => DeleteAclsResponseT, DeleteAclsResponse, response;
+    alter_user_scram_credentials_request: AlterUserScramCredentials =>
+        AlterUserScramCredentialsRequestT, AlterUserScramCredentialsRequest, request;
+    alter_user_scram_credentials_response: AlterUserScramCredentials =>
+        AlterUserScramCredentialsResponseT, AlterUserScramCredentialsResponse, response;
+    describe_user_scram_credentials_request: DescribeUserScramCredentials =>
+        DescribeUserScramCredentialsRequestT, DescribeUserScramCredentialsRequest, request;
+    describe_user_scram_credentials_response: DescribeUserScramCredentials =>
+        DescribeUserScramCredentialsResponseT, DescribeUserScramCredentialsResponse, response;
 }
 
 #[test]

@@ -77,8 +77,9 @@ pub(crate) fn apply_broker_change(
         | MetadataChange::DeleteTopic { .. }
         | MetadataChange::SetTopicConfigs { .. }
         | MetadataChange::AddPartitions { .. }
-        | MetadataChange::ReplaceAcls { .. } => {
-            unreachable!("topic and ACL changes are applied by MetadataImage::apply_at")
+        | MetadataChange::ReplaceAcls { .. }
+        | MetadataChange::ReplaceScramCredentials { .. } => {
+            unreachable!("topic, ACL and SCRAM changes are applied by MetadataImage::apply_at")
         }
     }
     Ok(())
@@ -539,6 +540,8 @@ fn error_code(e: &MetadataError) -> ErrorCode {
         MetadataError::AlterPartition { code, .. } => *code,
         MetadataError::ReplicationFactor { .. } => ErrorCode::InvalidReplicationFactor,
         MetadataError::AclsChanged { .. } => ErrorCode::OperationInProgress,
+        MetadataError::ScramCredentialsChanged { .. } => ErrorCode::OperationInProgress,
+        MetadataError::ScramCredentialsLimit { .. } => ErrorCode::LimitExceeded,
         _ => ErrorCode::InvalidRequest,
     }
 }

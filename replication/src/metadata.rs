@@ -19,6 +19,8 @@ use thiserror::Error;
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// Longest legal topic name (Kafka's limit).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Most SCRAM credentials (user and mechanism pairs) the cluster metadata holds.
+pub const SCRAM_CREDENTIALS_MAX: usize = 10_000;
 /// File format version of `metadata.json`.
 const FORMAT_VERSION: u32 = 1;
 
@@ -99,6 +101,21 @@ pub enum MetadataError {
         based_on: u64,
         /// The image's.
         current: u64,
+    },
+    /// A ReplaceScramCredentials based on credentials that have changed since: the broker
+    /// applies its change to the new credentials and asks again.
+    #[error("the SCRAM credentials changed meanwhile (generation {current}, based on {based_on})")]
+    ScramCredentialsChanged {
+        /// The generation the change was computed from.
+        based_on: u64,
+        /// The image's.
+        current: u64,
+    },
+    /// A ReplaceScramCredentials with more than [`SCRAM_CREDENTIALS_MAX`] credentials.
+    #[error("{count} SCRAM credentials; the cluster holds at most {SCRAM_CREDENTIALS_MAX}")]
+    ScramCredentialsLimit {
+        /// Credentials in the change.
+        count: usize,
     },
     /// An AlterPartition that the controller refuses (Kafka's error names the code).
     #[error("{code:?}: {message}")]
@@ -333,6 +350,36 @@ pub struct AclRecord {
     pub permission: String,
 }
 
+/// One user's SCRAM credential for one mechanism in the cluster metadata (issue 20): what the
+/// broker authenticates with, never the password nor the salted password. The byte strings
+/// are base64 (standard, padded), as in the credentials file; the broker checks every field
+/// (`Credential::validate`) before it writes one and again when it installs them.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredentialRecord {
+    /// The username.
+    pub name: String,
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: String,
+    /// PBKDF2 iterations.
+    pub iterations: u32,
+    /// The salt.
+    pub salt: String,
+    /// `H(HMAC(SaltedPassword, "Client Key"))`.
+    pub stored_key: String,
+    /// `HMAC(SaltedPassword, "Server Key")`.
+    pub server_key: String,
+}
+
+impl std::fmt::Debug for ScramCredentialRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredentialRecord")
+            .field("name", &self.name)
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -383,6 +430,14 @@ pub struct MetadataImage {
     /// The cluster's ACLs (cluster mode), in force on every broker once `acl_generation > 0`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acls: Vec<AclRecord>,
+    /// The revision of the last ReplaceScramCredentials (cluster mode); 0: the metadata log
+    /// has never held SCRAM credentials, and each broker uses its credentials file.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scram_generation: u64,
+    /// The cluster's SCRAM credentials (cluster mode), in force on every broker once
+    /// `scram_generation > 0`; at most [`SCRAM_CREDENTIALS_MAX`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scram_credentials: Vec<ScramCredentialRecord>,
 }
 
 impl MetadataImage {
@@ -399,6 +454,8 @@ impl MetadataImage {
             unclean_leader_elections: 0,
             acl_generation: 0,
             acls: Vec::new(),
+            scram_generation: 0,
+            scram_credentials: Vec::new(),
         }
     }
 
@@ -523,9 +580,20 @@ impl MetadataImage {
                 next.acls = acls.clone();
                 next.acl_generation = revision;
             }
+            MetadataChange::ReplaceScramCredentials {
+                based_on,
+                credentials,
+            } => replace_scram_credentials(&mut next, *based_on, credentials)?,
             other => crate::cluster::apply_broker_change(&mut next, other)?,
         }
         Ok(next)
+    }
+
+    /// The SCRAM credential of `name` for `mechanism` (its SASL name), if the image holds one.
+    pub fn scram_credential(&self, name: &str, mechanism: &str) -> Option<&ScramCredentialRecord> {
+        self.scram_credentials
+            .iter()
+            .find(|c| c.name == name && c.mechanism == mechanism)
     }
 
     /// A topic to change.
@@ -534,6 +602,28 @@ impl MetadataImage {
             .get_mut(name)
             .ok_or_else(|| MetadataError::NoSuchTopic(name.to_string()))
     }
+}
+
+/// Applies a ReplaceScramCredentials to `next` (at its revision).
+fn replace_scram_credentials(
+    next: &mut MetadataImage,
+    based_on: u64,
+    credentials: &[ScramCredentialRecord],
+) -> Result<(), MetadataError> {
+    if based_on != next.scram_generation {
+        return Err(MetadataError::ScramCredentialsChanged {
+            based_on,
+            current: next.scram_generation,
+        });
+    }
+    if credentials.len() > SCRAM_CREDENTIALS_MAX {
+        return Err(MetadataError::ScramCredentialsLimit {
+            count: credentials.len(),
+        });
+    }
+    next.scram_credentials = credentials.to_vec();
+    next.scram_generation = next.revision;
+    Ok(())
 }
 
 /// A metadata change: the unit the controller persists (a single node's file, or the
@@ -607,6 +697,17 @@ pub enum MetadataChange {
         based_on: u64,
         /// The whole new set.
         acls: Vec<AclRecord>,
+    },
+    /// The cluster's SCRAM credentials become `credentials` (AlterUserScramCredentials on any
+    /// broker, computed there from the image's credentials of generation `based_on`, or from
+    /// that broker's credentials file while the generation is 0; refused when the image's
+    /// generation has moved, so concurrent changes are not lost, and above
+    /// [`SCRAM_CREDENTIALS_MAX`]).
+    ReplaceScramCredentials {
+        /// The `scram_generation` the change was computed from.
+        based_on: u64,
+        /// The whole new set.
+        credentials: Vec<ScramCredentialRecord>,
     },
 }
 

@@ -224,11 +224,16 @@ fn group_needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
     })
 }
 
-/// ACL management: Describe on the cluster to list, Alter to change.
+/// ACL and SCRAM user management: Describe on the cluster to list, Alter to change (as
+/// Kafka).
 fn acl_needs(api: ApiKey) -> Vec<Need<'static>> {
     match api {
-        ApiKey::DescribeAcls => vec![Need::Cluster(Operation::Describe)],
-        ApiKey::CreateAcls | ApiKey::DeleteAcls => vec![Need::Cluster(Operation::Alter)],
+        ApiKey::DescribeAcls | ApiKey::DescribeUserScramCredentials => {
+            vec![Need::Cluster(Operation::Describe)]
+        }
+        ApiKey::CreateAcls | ApiKey::DeleteAcls | ApiKey::AlterUserScramCredentials => {
+            vec![Need::Cluster(Operation::Alter)]
+        }
         // Every API is named above; a new one is refused until it is named.
         _ => vec![Need::Cluster(Operation::All)],
     }

@@ -13,6 +13,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod producer;
+pub mod scram;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -82,6 +83,8 @@ pub async fn handle(
         ApiKey::CreateAcls => Box::pin(acls::create(shard.clone(), frame)),
         ApiKey::DescribeAcls => Box::pin(acls::describe(shard.clone(), frame)),
         ApiKey::DeleteAcls => Box::pin(acls::delete(shard.clone(), frame)),
+        ApiKey::AlterUserScramCredentials => Box::pin(scram::alter(shard.clone(), frame)),
+        ApiKey::DescribeUserScramCredentials => Box::pin(scram::describe(shard.clone(), frame)),
         // With SASL on, the connection's authenticator answers these before dispatch.
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
             let response = crate::sasl::not_enabled(&frame.header);

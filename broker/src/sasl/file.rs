@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use borges_protocol::scram::{Credential, Mechanism};
+use borges_replication::metadata::ScramCredentialRecord;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -165,6 +166,50 @@ pub fn write(path: &Path, users: &[UserCredential]) -> Result<(), CredentialsErr
     )
 }
 
+/// `user` as the cluster metadata holds it (base64, as in the file).
+pub fn to_record(user: &UserCredential) -> ScramCredentialRecord {
+    let c = &user.credential;
+    ScramCredentialRecord {
+        name: user.name.clone(),
+        mechanism: c.mechanism.name().to_string(),
+        iterations: c.iterations,
+        salt: BASE64.encode(&c.salt),
+        stored_key: BASE64.encode(&c.stored_key),
+        server_key: BASE64.encode(&c.server_key),
+    }
+}
+
+/// The credentials of the cluster metadata, each checked as a file's are.
+pub fn from_records(records: &[ScramCredentialRecord]) -> Result<Vec<UserCredential>, String> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let at = |m: &str| format!("credential {} ({:?}): {m}", i + 1, r.name);
+            let mechanism = Mechanism::from_name(&r.mechanism)
+                .ok_or_else(|| at(&format!("unknown mechanism {:?}", r.mechanism)))?;
+            let decode = |field: &str, v: &str| {
+                BASE64
+                    .decode(v)
+                    .map_err(|_| at(&format!("{field} is not base64")))
+            };
+            let credential = Credential {
+                mechanism,
+                salt: decode("salt", &r.salt)?,
+                iterations: r.iterations,
+                stored_key: decode("stored_key", &r.stored_key)?,
+                server_key: decode("server_key", &r.server_key)?,
+            };
+            credential.validate().map_err(|e| at(&e.to_string()))?;
+            crate::sasl::check_username(&r.name).map_err(|m| at(&m))?;
+            Ok(UserCredential {
+                name: r.name.clone(),
+                credential,
+            })
+        })
+        .collect()
+}
+
 /// Adds or replaces `user`'s credential for its mechanism.
 pub fn upsert(users: &mut Vec<UserCredential>, user: UserCredential) {
     let mechanism = user.credential.mechanism;
@@ -216,6 +261,24 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(remove(&mut users, "alice", None), 1);
         assert_eq!(remove(&mut users, "bob", Some(Mechanism::ScramSha256)), 0);
+    }
+
+    #[test]
+    fn credentials_round_trip_through_metadata_records() {
+        let users = vec![UserCredential {
+            name: "alice".into(),
+            credential: Credential::generate(Mechanism::ScramSha512, b"pw", 4096).unwrap(),
+        }];
+        let records: Vec<_> = users.iter().map(to_record).collect();
+        assert_eq!(from_records(&records).unwrap(), users);
+        let mut bad = records.clone();
+        bad[0].iterations = 1;
+        assert!(from_records(&bad).unwrap_err().contains("iteration"));
+        bad[0] = ScramCredentialRecord {
+            mechanism: "SCRAM-SHA-1".into(),
+            ..records[0].clone()
+        };
+        assert!(from_records(&bad).unwrap_err().contains("mechanism"));
     }
 
     #[test]

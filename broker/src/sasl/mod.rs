@@ -3,7 +3,10 @@
 //!
 //! - [`Sasl`]: the process's settings and credential store, shared by every core (an `Arc`;
 //!   credentials are read on each authentication, under a lock no data path takes). Core 0
-//!   re-reads the credentials file when it changes and on SIGHUP.
+//!   re-reads the credentials file when it changes and on SIGHUP. In a cluster, once the
+//!   metadata log holds SCRAM credentials (`scram_generation > 0`), the first core to apply an
+//!   image with a new generation installs them ([`Sasl::install_from_metadata`]) and the file
+//!   is no longer read: until then it is the bootstrap set.
 //! - [`Authenticator`]: one connection's state, owned by its reader. Before authentication it
 //!   lets through ApiVersions and the SASL requests only; anything else is answered
 //!   `IllegalSaslState` and closes the connection. A failed exchange counts against
@@ -12,6 +15,7 @@
 
 pub mod client;
 pub mod file;
+pub mod users;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +47,19 @@ pub fn check_username(name: &str) -> Result<(), String> {
 }
 
 type Users = HashMap<(String, Mechanism), Credential>;
+
+/// The credentials in force and where they came from.
+struct InForce {
+    /// The metadata log's `scram_generation` they came from; 0: the credentials file.
+    generation: u64,
+    users: Arc<Users>,
+}
+
+fn users_of(read: Vec<file::UserCredential>) -> Users {
+    read.into_iter()
+        .map(|u| ((u.name, u.credential.mechanism), u.credential))
+        .collect()
+}
 
 /// The user this broker's follower fetches authenticate to other brokers as
 /// (`sasl.inter_broker_*`).
@@ -105,7 +122,7 @@ pub struct Sasl {
     mechanisms: Vec<Mechanism>,
     settings: SaslSettings,
     path: PathBuf,
-    users: RwLock<Arc<Users>>,
+    users: RwLock<InForce>,
     /// The file's modification time when last read.
     modified: Mutex<Option<SystemTime>>,
     /// Key of the stand-in salts of unknown users (random per process).
@@ -124,7 +141,10 @@ impl Sasl {
             mechanisms: settings.parsed_mechanisms(),
             settings: settings.clone(),
             path,
-            users: RwLock::new(Arc::new(Users::new())),
+            users: RwLock::new(InForce {
+                generation: 0,
+                users: Arc::new(Users::new()),
+            }),
             modified: Mutex::new(None),
             unknown_user_key,
             inter_broker: read_inter_broker(settings)?,
@@ -145,9 +165,36 @@ impl Sasl {
 
     fn snapshot(&self) -> Arc<Users> {
         match self.users.read() {
-            Ok(u) => u.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
+            Ok(u) => u.users.clone(),
+            Err(poisoned) => poisoned.into_inner().users.clone(),
         }
+    }
+
+    fn in_force(&self) -> std::sync::RwLockWriteGuard<'_, InForce> {
+        match self.users.write() {
+            Ok(u) => u,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The metadata log's generation of the credentials in force; 0 while the file's are.
+    pub fn metadata_generation(&self) -> u64 {
+        match self.users.read() {
+            Ok(u) => u.generation,
+            Err(poisoned) => poisoned.into_inner().generation,
+        }
+    }
+
+    /// Puts the metadata log's credentials of `generation` in force, in place of the file's
+    /// or an older generation's; false (nothing done) when `generation` is not newer.
+    pub fn install_from_metadata(&self, generation: u64, users: Vec<file::UserCredential>) -> bool {
+        let users = Arc::new(users_of(users));
+        let mut in_force = self.in_force();
+        if generation <= in_force.generation {
+            return false;
+        }
+        *in_force = InForce { generation, users };
+        true
     }
 
     fn modified_now(&self) -> Option<SystemTime> {
@@ -156,23 +203,28 @@ impl Sasl {
             .ok()
     }
 
-    /// Re-reads the file; a failure keeps the credentials in force. Blocking: run it off the
-    /// cores' executors.
+    /// Re-reads the file; a failure keeps the credentials in force, and so does a file read
+    /// once the metadata log's credentials are in force (they take precedence). Blocking: run
+    /// it off the cores' executors.
     pub fn reload(&self) -> Result<usize, file::CredentialsError> {
         let modified = self.modified_now();
-        let read = file::read(&self.path)?;
-        let users: Users = read
-            .into_iter()
-            .map(|u| ((u.name, u.credential.mechanism), u.credential))
-            .collect();
+        let users = users_of(file::read(&self.path)?);
         let count = users.len();
-        match self.users.write() {
-            Ok(mut u) => *u = Arc::new(users),
-            Err(poisoned) => *poisoned.into_inner() = Arc::new(users),
-        }
         if let Ok(mut m) = self.modified.lock() {
             *m = modified;
         }
+        let mut in_force = self.in_force();
+        if in_force.generation > 0 {
+            tracing::warn!(
+                generation = in_force.generation,
+                "{} changed, but the metadata log's SCRAM credentials are in force: the file \
+                 is not used (manage users with AlterUserScramCredentials, `borges user ... \
+                 --bootstrap`)",
+                self.path.display()
+            );
+            return Ok(in_force.users.len());
+        }
+        in_force.users = Arc::new(users);
         Ok(count)
     }
 
@@ -510,5 +562,50 @@ pub fn not_enabled(header: &FrameHeader) -> Response {
     match ApiKey::from_u16(header.api_key) {
         Some(ApiKey::SaslHandshake) => handshake_response(header, &[], Some(&failure)),
         _ => authenticate_response(header, Some(&failure), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, password: &[u8]) -> file::UserCredential {
+        file::UserCredential {
+            name: name.into(),
+            credential: Credential::generate(Mechanism::ScramSha256, password, 4096).unwrap(),
+        }
+    }
+
+    /// The file is the bootstrap set; once the metadata log's credentials are installed they
+    /// replace it, a re-read file changes nothing, and only a newer generation replaces them.
+    #[test]
+    fn metadata_credentials_take_precedence_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SaslSettings {
+            mechanisms: vec!["SCRAM-SHA-256".into()],
+            ..SaslSettings::default()
+        };
+        let path = settings.credentials_path(dir.path());
+        file::write(&path, &[user("alice", b"pw")]).unwrap();
+        let sasl = Sasl::load(&settings, dir.path()).unwrap();
+        let sha256 = Mechanism::ScramSha256;
+        assert!(sasl.lookup("alice", sha256).is_some());
+        assert_eq!(sasl.metadata_generation(), 0);
+        assert!(sasl.install_from_metadata(7, vec![user("carol", b"pw")]));
+        assert!(
+            sasl.lookup("alice", sha256).is_none(),
+            "the file's users are replaced"
+        );
+        assert!(sasl.lookup("carol", sha256).is_some());
+        file::write(&path, &[user("alice", b"pw"), user("mallory", b"pw")]).unwrap();
+        assert_eq!(sasl.reload().unwrap(), 1);
+        assert!(
+            sasl.lookup("mallory", sha256).is_none(),
+            "the file is not used any more"
+        );
+        assert!(!sasl.install_from_metadata(7, Vec::new()), "not newer");
+        assert!(sasl.lookup("carol", sha256).is_some());
+        assert!(sasl.install_from_metadata(9, Vec::new()));
+        assert_eq!((sasl.users(), sasl.metadata_generation()), (0, 9));
     }
 }

@@ -12,6 +12,7 @@ mod acls;
 mod cleaner;
 mod observe;
 mod route;
+mod scram;
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -442,6 +443,7 @@ impl Shard {
     /// offsets partitions it now owns.
     pub async fn apply_metadata(&self, image: Arc<MetadataImage>) -> Result<(), BrokerError> {
         self.install_cluster_acls(&image);
+        self.install_cluster_credentials(&image);
         self.partitions.apply(image).await?;
         if self.config.cluster.enabled() {
             let cluster = self.cluster_handle();

@@ -216,5 +216,23 @@ pub mod borges {
     pub use self::delete_acls_filter_result_generated::*;
     mod delete_acls_response_generated;
     pub use self::delete_acls_response_generated::*;
+    mod scram_credential_upsertion_generated;
+    pub use self::scram_credential_upsertion_generated::*;
+    mod scram_credential_deletion_generated;
+    pub use self::scram_credential_deletion_generated::*;
+    mod alter_user_scram_credentials_request_generated;
+    pub use self::alter_user_scram_credentials_request_generated::*;
+    mod alter_user_scram_credentials_result_generated;
+    pub use self::alter_user_scram_credentials_result_generated::*;
+    mod alter_user_scram_credentials_response_generated;
+    pub use self::alter_user_scram_credentials_response_generated::*;
+    mod describe_user_scram_credentials_request_generated;
+    pub use self::describe_user_scram_credentials_request_generated::*;
+    mod scram_credential_info_generated;
+    pub use self::scram_credential_info_generated::*;
+    mod describe_user_scram_credentials_result_generated;
+    pub use self::describe_user_scram_credentials_result_generated::*;
+    mod describe_user_scram_credentials_response_generated;
+    pub use self::describe_user_scram_credentials_response_generated::*;
   } // wire
 } // borges

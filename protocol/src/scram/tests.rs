@@ -389,3 +389,23 @@ proptest! {
         }
     }
 }
+
+/// What a client sends in AlterUserScramCredentials (the salted password) gives the broker the
+/// credential the password gives (RFC 7677's vector), and a wrong size or iteration count is
+/// refused.
+#[test]
+fn a_salted_password_gives_the_passwords_credential_and_is_checked() {
+    let salt = BASE64.decode(RFC_SALT_B64).unwrap();
+    let m = Mechanism::ScramSha256;
+    let salted = m.salted_password(b"pencil", &salt, 4096);
+    let from_salted = Credential::from_salted_password(m, &salted, &salt, 4096).unwrap();
+    assert!(from_salted == rfc_credential());
+    let e = Credential::from_salted_password(m, &salted, &salt, 4095).unwrap_err();
+    assert_eq!(e, ScramError::IterationsOutOfRange { iterations: 4095 });
+    assert!(Credential::from_salted_password(m, &salted[1..], &salt, 4096).is_err());
+    assert!(Credential::from_salted_password(m, &salted, &[], 4096).is_err());
+    for &m in Mechanism::ALL {
+        assert_eq!(Mechanism::from_wire_type(m.wire_type()), Some(m));
+    }
+    assert_eq!(Mechanism::from_wire_type(0), None);
+}

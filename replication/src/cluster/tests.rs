@@ -483,3 +483,79 @@ fn acls_are_replaced_on_their_generation_only_and_kept_by_snapshots() {
     let old: MetadataImage = serde_json::from_str(&plain).unwrap();
     assert_eq!((old.acl_generation, old.acls.len()), (0, 0));
 }
+
+fn scram_record(name: &str) -> crate::metadata::ScramCredentialRecord {
+    crate::metadata::ScramCredentialRecord {
+        name: name.into(),
+        mechanism: "SCRAM-SHA-256".into(),
+        iterations: 4096,
+        salt: "c2FsdA==".into(),
+        stored_key: "c3RvcmVk".into(),
+        server_key: "c2VydmVy".into(),
+    }
+}
+
+#[test]
+fn scram_credentials_are_replaced_on_their_generation_only_within_the_limit() {
+    let mut log = Log::new();
+    log.brokers(1, 1);
+    assert_eq!(log.image().scram_generation, 0);
+    let first = log.apply(MetadataChange::ReplaceScramCredentials {
+        based_on: 0,
+        credentials: vec![scram_record("alice")],
+    });
+    assert_eq!(first.error, None);
+    assert_eq!(log.image().scram_generation, first.index);
+    assert!(log
+        .image()
+        .scram_credential("alice", "SCRAM-SHA-256")
+        .is_some());
+    // A change computed from generation 0 lost the race to the first: refused, nothing changes.
+    let late = log.apply(MetadataChange::ReplaceScramCredentials {
+        based_on: 0,
+        credentials: vec![scram_record("bob")],
+    });
+    assert_eq!(
+        late.error.map(|e| e.0),
+        Some(ErrorCode::OperationInProgress as u16)
+    );
+    assert_eq!(log.image().scram_credentials, vec![scram_record("alice")]);
+    assert_eq!(log.image().scram_generation, first.index);
+    // One over the limit is refused with its own error; exactly the limit is taken.
+    let max = crate::metadata::SCRAM_CREDENTIALS_MAX;
+    let many: Vec<_> = (0..=max).map(|i| scram_record(&format!("u{i}"))).collect();
+    let over = log.apply(MetadataChange::ReplaceScramCredentials {
+        based_on: first.index,
+        credentials: many.clone(),
+    });
+    assert_eq!(
+        over.error.map(|e| e.0),
+        Some(ErrorCode::LimitExceeded as u16)
+    );
+    assert_eq!(log.image().scram_credentials.len(), 1);
+    let full = log.apply(MetadataChange::ReplaceScramCredentials {
+        based_on: first.index,
+        credentials: many[..max].to_vec(),
+    });
+    assert_eq!(full.error, None);
+    assert_eq!(log.image().scram_credentials.len(), max);
+    // Snapshots (the encoded state machine) carry the credentials and their generation.
+    let back = ClusterMetadata::decode(&log.sm.encode().unwrap()).unwrap();
+    assert_eq!(back.image.scram_credentials.len(), max);
+    assert_eq!(back.image.scram_generation, full.index);
+    // An image from before SCRAM in the metadata reads as "never held credentials"; one
+    // without them is written without the fields.
+    let plain = serde_json::to_string(&MetadataImage::default()).unwrap();
+    assert!(!plain.contains("scram"), "{plain}");
+    let old: MetadataImage = serde_json::from_str(&plain).unwrap();
+    assert_eq!((old.scram_generation, old.scram_credentials.len()), (0, 0));
+}
+
+#[test]
+fn a_scram_record_debug_shows_no_secret() {
+    let shown = format!("{:?}", scram_record("alice"));
+    assert!(
+        shown.contains("alice") && !shown.contains("c3RvcmVk"),
+        "{shown}"
+    );
+}
