@@ -45,21 +45,14 @@ async fn produce(broker: &BrokerProcess, ca: &TestCa, who: &CertFiles) -> Result
     p.send(record).await?.await.map(drop)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn certificate_subjects_are_principals_under_acls() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path(), "ca");
-    let server = ca.broker("broker");
-    let (admin_cert, alice, mallory) = (
-        ca.issue("admin", "admin", &[]),
-        ca.issue("alice", "alice", &[]),
-        ca.issue("mallory", "mallory", &[]),
-    );
+/// A broker that requires a certificate of `ca`, with the authorizer on and the `admin`
+/// subject a super user.
+fn mtls_broker(ca: &TestCa, server: &CertFiles) -> BrokerProcess {
     let toml = format!(
         "[security]\nauthorizer_enabled = true\nsuper_users = [{:?}]\n",
         principal("admin")
     );
-    let broker = BrokerProcess::start_with(BrokerOptions {
+    BrokerProcess::start_with(BrokerOptions {
         args: vec![
             "--tls-cert".into(),
             server.cert.display().to_string(),
@@ -70,7 +63,20 @@ async fn certificate_subjects_are_principals_under_acls() {
         ],
         config_toml: Some(toml),
         ..BrokerOptions::default()
-    });
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_subjects_are_principals_under_acls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "ca");
+    let server = ca.broker("broker");
+    let (admin_cert, alice, mallory) = (
+        ca.issue("admin", "admin", &[]),
+        ca.issue("alice", "alice", &[]),
+        ca.issue("mallory", "mallory", &[]),
+    );
+    let broker = mtls_broker(&ca, &server);
 
     let admin = Admin::new(config(&broker, &ca, &admin_cert)).await.unwrap();
     admin

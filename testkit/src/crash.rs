@@ -127,7 +127,8 @@ fn backtraces(bin: &Path, core: &Path) -> String {
             String::from_utf8_lossy(&out.stderr)
         ),
         Err(e) => format!(
-            "core file {}: neither eu-stack nor gdb could run ({e}): install elfutils for backtraces\n",
+            "core file {}: neither eu-stack nor gdb could run ({e}): \
+             install elfutils for backtraces\n",
             core.display()
         ),
     }
