@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Broker benchmarks: produce and fetch limits next to the loopback TCP limit measured in the same
-# run (iperf3), publish latency at half the maximum rate, sendfile vs copy for file-backed
+# Broker benchmarks: produce and fetch limits next to the loopback TCP limit and the disk's
+# sequential O_DIRECT write rate measured in the same run (iperf3, fio), publish latency at half the maximum rate, sendfile vs copy for file-backed
 # fetches, direct vs forwarded (cross-core) paths, and RSS with 10,000 idle partitions.
 #
 #   scripts/bench-broker.sh [OUT_DIR]        (default results/broker-<date>)
@@ -22,6 +22,7 @@ BIN="${BORGES_BENCH_BIN:-target/release/borges}"
 LG="${BORGES_BENCH_LOADGEN:-target/release/borges-loadgen}"
 
 command -v iperf3 >/dev/null || apt-get install -y -qq iperf3 >/dev/null
+command -v fio >/dev/null || apt-get install -y -qq fio >/dev/null
 cargo build --release -p borges-cli -p borges-loadgen >/dev/null
 : >"$OUT/commands.txt"
 
@@ -70,6 +71,25 @@ taskset -c 0 iperf3 -s -1 -p 5301 >/dev/null 2>&1 &
 sleep 1
 taskset -c 1 iperf3 -c 127.0.0.1 -p 5301 -t 10 -J >"$OUT/iperf3.json"
 LOOPBACK_MB_S=$(python3 -c "import json;d=json.load(open('$OUT/iperf3.json'));print(round(d['end']['sum_received']['bits_per_second']/8/2**20,1))")
+
+# 1b. The disk's sequential O_DIRECT write rate on the file system of the broker's data
+#     directories (/tmp), pinned like the broker: one writer with 4 MiB writes at queue depth 1
+#     (the shape of one partition's flusher, whose writes are at most 4 MiB) and 1 MiB writes at
+#     queue depth 4 (what the device gives a deeper queue). The better of the two is the
+#     device's rate that blast produce is compared with.
+fio_write() { # NAME BS IODEPTH
+    local dir
+    dir=$(mktemp -d /tmp/borges-bench-fio.XXXXXX)
+    log "taskset -c 0 fio --name=$1 --directory=$dir --rw=write --bs=$2 --iodepth=$3 --direct=1 --ioengine=io_uring --size=4G --time_based --runtime=15 --output-format=json"
+    taskset -c 0 fio --name="$1" --directory="$dir" --rw=write --bs="$2" --iodepth="$3" \
+        --direct=1 --ioengine=io_uring --size=4G --time_based --runtime=15 \
+        --output-format=json >"$OUT/$1.json"
+    rm -rf "$dir"
+    python3 -c "import json;d=json.load(open('$OUT/$1.json'));print(round(d['jobs'][0]['write']['bw_bytes']/2**20,1))"
+}
+FIO_QD1_MB_S=$(fio_write fio-seq-write-4m-qd1 4M 1)
+FIO_QD4_MB_S=$(fio_write fio-seq-write-1m-qd4 1M 4)
+DISK_MB_S=$(python3 -c "print(max($FIO_QD1_MB_S, $FIO_QD4_MB_S))")
 
 cpu_ticks() { awk '{print $14+$15}' "/proc/$BPID/stat"; }
 
@@ -183,6 +203,8 @@ stop_broker
     echo
     echo "Loopback TCP limit (iperf3, one stream, same pinning): **$LOOPBACK_MB_S MiB/s**"
     echo
+    echo "Disk, sequential O_DIRECT writes on the data directories' file system (fio, io_uring, CPU 0): 4 MiB at queue depth 1 **$FIO_QD1_MB_S MiB/s**, 1 MiB at queue depth 4 **$FIO_QD4_MB_S MiB/s**."
+    echo
     echo "| run | throughput MiB/s | % of loopback | records/s | publish p50 / p99 / p99.9 ms | broker CPU % |"
     echo "|---|---:|---:|---:|---|---:|"
     for r in produce-1p-1kb-64k produce-1p-1kb-1m latency-1p-1kb-half paths-direct paths-forwarded; do
@@ -194,11 +216,13 @@ stop_broker
     echo
     echo "Broker limits with pre-encoded requests (\`borges-loadgen blast\`, no client-library work):"
     echo
-    echo "| blast run | MiB/s | % of loopback | requests/s | broker CPU-s per GiB |"
-    echo "|---|---:|---:|---:|---:|"
+    echo "| blast run | MiB/s | % of loopback | % of the disk's write rate | requests/s | broker CPU-s per GiB |"
+    echo "|---|---:|---:|---:|---:|---:|"
     for r in blast-produce-64k blast-produce-1m blast-fetch-recent-sendfile blast-fetch-file-sendfile blast-fetch-recent-copy blast-fetch-file-copy; do
         mb=$(field "$r" throughput_mb_s)
-        echo "| $r | $mb | $(python3 -c "print(round(100*$mb/$LOOPBACK_MB_S,1))") | $(field "$r" requests_s) | $(field "$r" broker_cpu_s_per_gib) |"
+        disk="-"
+        case $r in blast-produce-*) disk=$(python3 -c "print(round(100*$mb/$DISK_MB_S,1))") ;; esac
+        echo "| $r | $mb | $(python3 -c "print(round(100*$mb/$LOOPBACK_MB_S,1))") | $disk | $(field "$r" requests_s) | $(field "$r" broker_cpu_s_per_gib) |"
     done
     echo
     echo "| fetch run | consume MiB/s | % of loopback | catch-up s | broker CPU % |"
