@@ -20,8 +20,10 @@ use borges_loadgen::workload::Workload;
 use borges_loadgen::{clock, report};
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// Worker threads of the runtime that async clients run on.
-const RUNTIME_THREADS: usize = 2;
+/// Worker threads of the runtime that async clients run on, unless `--runtime-threads` says.
+const RUNTIME_THREADS: u16 = 2;
+/// Most worker threads `--runtime-threads` accepts.
+const RUNTIME_THREADS_MAX: i64 = 64;
 
 #[derive(Parser)]
 #[command(
@@ -102,6 +104,11 @@ struct RunArgs {
     /// Seed for keys and payloads.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Worker threads of the runtime the clients' network tasks run on (the producer and
+    /// consumer loops have threads of their own).
+    #[arg(long, default_value_t = RUNTIME_THREADS,
+          value_parser = clap::value_parser!(u16).range(1..=RUNTIME_THREADS_MAX))]
+    runtime_threads: u16,
     /// Borges driver: send every request to the broker's main listener instead of the core that
     /// owns the partition (measures the cross-core forwarding path).
     #[arg(long)]
@@ -201,7 +208,7 @@ fn run(args: RunArgs) -> Result<()> {
         workload = workload.with_duration_s(d);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(RUNTIME_THREADS)
+        .worker_threads(usize::from(args.runtime_threads))
         .thread_name("loadgen-rt")
         .enable_all()
         .build()

@@ -360,6 +360,22 @@ impl BorgesProducer {
     }
 }
 
+impl BorgesProducer {
+    /// `Producer::send`, polled once in the runtime's context: with buffer memory free and the
+    /// topic's metadata known it is ready at once, so the common case skips `block_on`'s cost
+    /// per record (entering the runtime, a new RNG seed, a parked-thread waker: about 3% of the
+    /// producer thread in the profile of docs/benchmarks.md section 14). It blocks only when the
+    /// send has to wait (backpressure, metadata).
+    fn send_now(&self, rec: ProducerRecord) -> borges_client::Result<DeliveryFuture> {
+        let _context = self.runtime.enter();
+        let mut send = std::pin::pin!(self.producer.send(rec));
+        match send.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(result) => result,
+            Poll::Pending => self.runtime.block_on(send),
+        }
+    }
+}
+
 impl ProducerDriver for BorgesProducer {
     fn send(&mut self, record: OutRecord<'_>, token: SendToken) -> Result<()> {
         let mut rec = ProducerRecord::new(self.topic(record.topic))
@@ -367,10 +383,7 @@ impl ProducerDriver for BorgesProducer {
         if let Some(k) = record.key {
             rec = rec.key(Bytes::copy_from_slice(k));
         }
-        let delivery = self
-            .runtime
-            .block_on(self.producer.send(rec))
-            .map_err(err)?;
+        let delivery = self.send_now(rec).map_err(err)?;
         self.acks.push(Pending { delivery, token });
         self.acks.collect_due();
         Ok(())
