@@ -1,12 +1,14 @@
 //! Start-up as an operator sees it, through the real binary: the shipped example config is
 //! accepted unchanged, `--print-config` prints the merged configuration, config errors read
 //! as toml renders them with a suggestion, runtime failures are not called configuration
-//! errors, and the start-up log is a few plain lines.
+//! errors, the start-up log is a few plain lines, and a ready file named without a
+//! directory is written into the broker's working directory.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use borges_broker::config::BrokerConfig;
-use borges_testkit::{borges_bin, BrokerOptions, BrokerProcess};
+use borges_testkit::{borges_bin, free_port, BrokerOptions, BrokerProcess, READY_TIMEOUT};
 
 const EXAMPLE: &str = include_str!("../../config/borges.toml");
 
@@ -177,4 +179,80 @@ fn the_start_up_log_is_a_few_plain_lines() {
     assert!(has("opened 16 partitions on 2 cores (topics: 1"), "{log}");
     let serving = format!("serving: listen {}, per-core ports ", broker.addr());
     assert!(has(&serving) && has("/metrics"), "{log}");
+}
+
+/// A broker started by the test itself, killed when dropped (a failed assertion leaves no
+/// process behind).
+struct Spawned(std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `--ready-file r.json`, a bare name: the broker writes it into its working directory and
+/// serves (write_atomic used to sync the bare name's parent "", which failed, and the broker
+/// stopped right after writing the file).
+#[test]
+fn a_ready_file_named_without_a_directory_is_written_in_the_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let log_path = dir.path().join("broker.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut broker = Spawned(
+        Command::new(borges_bin())
+            .current_dir(dir.path())
+            .arg("broker")
+            .arg("--data-dir")
+            .arg(&data)
+            .args([
+                "--listen",
+                &listen,
+                "--core-port-base",
+                "0",
+                "--metrics-listen",
+                "",
+            ])
+            .args(["--cores", "1", "--ready-file", "r.json"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn borges broker"),
+    );
+    // Serving is logged after the ready file is written (and its directory synced).
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if log.contains("serving: ") {
+            break log;
+        }
+        if let Some(status) = broker.0.try_wait().unwrap() {
+            panic!("broker exited with {status} before serving; log:\n{log}");
+        }
+        assert!(Instant::now() < deadline, "broker not serving; log:\n{log}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(dir.path().join("r.json")).expect("r.json in the dir");
+    let ready: serde_json::Value = serde_json::from_str(&text).expect("the ready file is JSON");
+    assert_eq!(ready["listen"], listen.as_str(), "{text}");
+    assert!(
+        !dir.path().join(".r.json.tmp").exists(),
+        "no temporary file left"
+    );
+    std::net::TcpStream::connect(&listen).unwrap_or_else(|e| panic!("{e}; log:\n{log}"));
+    // SAFETY: sending a signal to our own child process.
+    unsafe {
+        libc::kill(broker.0.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while broker.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "broker did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -10,37 +10,16 @@ mod replicated;
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use borges_client::{ClientConfig, SaslConfig};
 use borges_testkit::cluster::{wait_until, Cluster};
+use borges_testkit::users::create_file_user;
 use replicated::{acks_all, check_acked, runtime, values};
 
 const TOPIC: &str = "secured";
 const ALICE_PASSWORD: &str = "alice-secret";
 const BROKER_PASSWORD: &str = "broker-secret";
 const ADMIN_PASSWORD: &str = "admin-secret";
-
-/// Adds `name`'s SCRAM-SHA-256 credential to `file` with `borges user create`.
-fn create_user(file: &Path, name: &str, password: &str) {
-    let mut child = Command::new(borges_testkit::borges_bin())
-        .args([
-            "user",
-            "create",
-            name,
-            "--password-stdin",
-            "--credentials-file",
-        ])
-        .arg(file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("borges user create");
-    let mut stdin = child.stdin.take().expect("stdin");
-    writeln!(stdin, "{password}").expect("password");
-    drop(stdin);
-    assert!(child.wait().expect("wait").success(), "user create {name}");
-}
 
 /// A cluster whose brokers require SCRAM-SHA-256 and fetch as `broker` with the password
 /// `inter_broker_password`; every broker reads one credentials file (alice and broker).
@@ -51,9 +30,9 @@ fn sasl_cluster(dir: &Path, inter_broker_password: &str) -> Cluster {
 /// [`sasl_cluster`] with more TOML sections (`extra`); admin is a user too.
 fn sasl_cluster_with(dir: &Path, inter_broker_password: &str, extra: &str) -> Cluster {
     let credentials = dir.join("credentials.toml");
-    create_user(&credentials, "alice", ALICE_PASSWORD);
-    create_user(&credentials, "broker", BROKER_PASSWORD);
-    create_user(&credentials, "admin", ADMIN_PASSWORD);
+    create_file_user(&credentials, "alice", ALICE_PASSWORD);
+    create_file_user(&credentials, "broker", BROKER_PASSWORD);
+    create_file_user(&credentials, "admin", ADMIN_PASSWORD);
     std::fs::write(dir.join("admin.pw"), format!("{ADMIN_PASSWORD}\n")).unwrap();
     let password_file = dir.join("broker.pw");
     std::fs::write(&password_file, format!("{inter_broker_password}\n")).unwrap();

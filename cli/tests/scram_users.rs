@@ -18,31 +18,11 @@ use borges_client::{
     Admin, ClientError, ErrorCode, SaslConfig, ScramDeletion, ScramMechanism, ScramUpsertion,
 };
 use borges_testkit::cluster::{wait_until, Cluster};
+use borges_testkit::users::create_file_user;
 use borges_testkit::{BrokerOptions, BrokerProcess};
 use replicated::{acks_all, check_acked, runtime, values};
 
 const SHA256: ScramMechanism = ScramMechanism::ScramSha256;
-
-/// Adds `name`'s SCRAM-SHA-256 credential to `file` with `borges user create` (file mode).
-fn create_file_user(file: &Path, name: &str, password: &str) {
-    let mut child = Command::new(borges_testkit::borges_bin())
-        .args([
-            "user",
-            "create",
-            name,
-            "--password-stdin",
-            "--credentials-file",
-        ])
-        .arg(file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("borges user create");
-    let mut stdin = child.stdin.take().expect("stdin");
-    writeln!(stdin, "{password}").expect("password");
-    drop(stdin);
-    assert!(child.wait().expect("wait").success(), "user create {name}");
-}
 
 /// Three brokers requiring SCRAM-SHA-256, the authorizer on (super users: broker, admin), one
 /// credentials file for all (alice, broker, admin).

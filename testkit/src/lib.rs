@@ -15,6 +15,7 @@ pub mod fresh;
 pub mod mount;
 mod ports;
 pub mod tls;
+pub mod users;
 
 pub use ports::free_port;
 

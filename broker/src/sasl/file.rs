@@ -107,22 +107,14 @@ pub fn read(path: &Path) -> Result<Vec<UserCredential>, CredentialsError> {
     let mut users: Vec<UserCredential> = Vec::with_capacity(file.user.len());
     for (i, e) in file.user.into_iter().enumerate() {
         let at = |m: &str| invalid(format!("user {} ({:?}): {m}", i + 1, e.name));
-        let mechanism = Mechanism::from_name(&e.mechanism)
-            .ok_or_else(|| at(&format!("unknown mechanism {:?}", e.mechanism)))?;
-        let decode = |field: &str, v: &str| {
-            BASE64
-                .decode(v)
-                .map_err(|_| at(&format!("{field} is not base64")))
-        };
-        let credential = Credential {
-            mechanism,
-            salt: decode("salt", &e.salt)?,
-            iterations: e.iterations,
-            stored_key: decode("stored_key", &e.stored_key)?,
-            server_key: decode("server_key", &e.server_key)?,
-        };
-        credential.validate().map_err(|err| at(&err.to_string()))?;
-        crate::sasl::check_username(&e.name).map_err(|m| at(&m))?;
+        let credential = decode_credential(
+            &e.name,
+            &e.mechanism,
+            e.iterations,
+            [&e.salt, &e.stored_key, &e.server_key],
+        )
+        .map_err(|m| at(&m))?;
+        let mechanism = credential.mechanism;
         if users
             .iter()
             .any(|u| u.name == e.name && u.credential.mechanism == mechanism)
@@ -186,28 +178,46 @@ pub fn from_records(records: &[ScramCredentialRecord]) -> Result<Vec<UserCredent
         .enumerate()
         .map(|(i, r)| {
             let at = |m: &str| format!("credential {} ({:?}): {m}", i + 1, r.name);
-            let mechanism = Mechanism::from_name(&r.mechanism)
-                .ok_or_else(|| at(&format!("unknown mechanism {:?}", r.mechanism)))?;
-            let decode = |field: &str, v: &str| {
-                BASE64
-                    .decode(v)
-                    .map_err(|_| at(&format!("{field} is not base64")))
-            };
-            let credential = Credential {
-                mechanism,
-                salt: decode("salt", &r.salt)?,
-                iterations: r.iterations,
-                stored_key: decode("stored_key", &r.stored_key)?,
-                server_key: decode("server_key", &r.server_key)?,
-            };
-            credential.validate().map_err(|e| at(&e.to_string()))?;
-            crate::sasl::check_username(&r.name).map_err(|m| at(&m))?;
+            let credential = decode_credential(
+                &r.name,
+                &r.mechanism,
+                r.iterations,
+                [&r.salt, &r.stored_key, &r.server_key],
+            )
+            .map_err(|m| at(&m))?;
             Ok(UserCredential {
                 name: r.name.clone(),
                 credential,
             })
         })
         .collect()
+}
+
+/// Decodes and checks one credential, of a file's entry or a metadata record: the mechanism by
+/// name, the base64 `[salt, stored_key, server_key]`, the credential's limits and the username.
+/// The error says what is wrong; the caller says where.
+fn decode_credential(
+    name: &str,
+    mechanism: &str,
+    iterations: u32,
+    [salt, stored_key, server_key]: [&str; 3],
+) -> Result<Credential, String> {
+    let decode = |field: &str, v: &str| {
+        BASE64
+            .decode(v)
+            .map_err(|_| format!("{field} is not base64"))
+    };
+    let credential = Credential {
+        mechanism: Mechanism::from_name(mechanism)
+            .ok_or_else(|| format!("unknown mechanism {mechanism:?}"))?,
+        salt: decode("salt", salt)?,
+        iterations,
+        stored_key: decode("stored_key", stored_key)?,
+        server_key: decode("server_key", server_key)?,
+    };
+    credential.validate().map_err(|e| e.to_string())?;
+    crate::sasl::check_username(name)?;
+    Ok(credential)
 }
 
 /// Adds or replaces `user`'s credential for its mechanism.

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use borges_protocol::ErrorCode;
 use borges_runtime::task;
 
+use super::replace::{self, Replaced};
 use super::{Shard, ShardMessage};
 use crate::acl::store::{self, AclChange, AclChanged, AclMessage};
 use crate::acl::Authorizer;
@@ -134,27 +135,13 @@ impl Shard {
                 based_on: image.acl_generation,
                 acls: acls.iter().map(crate::acl::file::to_record).collect(),
             };
-            let reply = cluster.write(replace).await?;
-            // Committed or refused, the image moves on: wait until this broker's cores have
-            // it (they then hold the new ACLs, or the newer ones to try again on).
-            if !cluster
-                .wait_applied(reply.index, cluster.request_timeout())
-                .await
-            {
-                tracing::warn!(
-                    index = reply.index,
-                    "ACL change not applied on every core yet"
-                );
-            }
-            match reply.error {
-                None => {
+            // The cores then hold the new ACLs, or the newer ones to try again on.
+            match replace::write_applied(cluster, replace, "ACL").await? {
+                Replaced::Committed => {
                     tracing::info!("ACLs changed in the metadata log: {} held", acls.len());
                     return Ok(changed);
                 }
-                Some((code, _)) if code == ErrorCode::OperationInProgress as u16 => continue,
-                Some((code, message)) => {
-                    return Err(Failure::new(ErrorCode::from_u16(code), message));
-                }
+                Replaced::Raced => continue,
             }
         }
         Err(Failure::new(

@@ -11,6 +11,7 @@
 mod acls;
 mod cleaner;
 mod observe;
+mod replace;
 mod route;
 mod scram;
 

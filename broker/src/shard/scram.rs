@@ -22,6 +22,7 @@ use borges_protocol::ErrorCode;
 use borges_replication::metadata::SCRAM_CREDENTIALS_MAX;
 use borges_runtime::task;
 
+use super::replace::{self, Replaced};
 use super::Shard;
 use crate::cluster::ClusterHandle;
 use crate::failure::Failure;
@@ -118,30 +119,16 @@ impl Shard {
                 based_on: image.scram_generation,
                 credentials: next.iter().map(file::to_record).collect(),
             };
-            let reply = cluster.write(replace).await?;
-            // Committed or refused, the image moves on: wait until this broker's cores have
-            // it (the store then holds the new credentials, or the newer ones to try again on).
-            if !cluster
-                .wait_applied(reply.index, cluster.request_timeout())
-                .await
-            {
-                tracing::warn!(
-                    index = reply.index,
-                    "SCRAM change not applied on every core yet"
-                );
-            }
-            match reply.error {
-                None => {
+            // The store then holds the new credentials, or the newer ones to try again on.
+            match replace::write_applied(cluster, replace, "SCRAM").await? {
+                Replaced::Committed => {
                     tracing::info!(
                         "SCRAM credentials changed in the metadata log: {}",
                         next.len()
                     );
                     return Ok(results);
                 }
-                Some((code, _)) if code == ErrorCode::OperationInProgress as u16 => continue,
-                Some((code, message)) => {
-                    return Err(Failure::new(ErrorCode::from_u16(code), message));
-                }
+                Replaced::Raced => continue,
             }
         }
         Err(Failure::new(
