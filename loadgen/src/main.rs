@@ -20,8 +20,11 @@ use borges_loadgen::workload::Workload;
 use borges_loadgen::{clock, report};
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// Worker threads of the runtime that async clients run on, unless `--runtime-threads` says.
-const RUNTIME_THREADS: u16 = 2;
+/// Most worker threads of the runtime that async clients run on, unless `--runtime-threads`
+/// says: fewer when the process may use fewer CPUs (`taskset`). On one CPU a second worker only
+/// adds thread switches: 12% less producer throughput per CPU-second (docs/benchmarks.md
+/// section 17).
+const RUNTIME_THREADS: usize = 2;
 /// Most worker threads `--runtime-threads` accepts.
 const RUNTIME_THREADS_MAX: i64 = 64;
 
@@ -105,10 +108,10 @@ struct RunArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Worker threads of the runtime the clients' network tasks run on (the producer and
-    /// consumer loops have threads of their own).
-    #[arg(long, default_value_t = RUNTIME_THREADS,
-          value_parser = clap::value_parser!(u16).range(1..=RUNTIME_THREADS_MAX))]
-    runtime_threads: u16,
+    /// consumer loops have threads of their own) [default: 2, or 1 when the process may use
+    /// only one CPU].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=RUNTIME_THREADS_MAX))]
+    runtime_threads: Option<u16>,
     /// Borges driver: send every request to the broker's main listener instead of the core that
     /// owns the partition (measures the cross-core forwarding path).
     #[arg(long)]
@@ -202,13 +205,20 @@ fn main() -> Result<()> {
     }
 }
 
+/// `--runtime-threads`, or [`RUNTIME_THREADS`] capped by the CPUs this process may run on.
+fn runtime_threads(asked: Option<u16>) -> usize {
+    asked.map(usize::from).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(RUNTIME_THREADS))
+    })
+}
+
 fn run(args: RunArgs) -> Result<()> {
     let mut workload = Workload::from_file(&args.workload)?;
     if let Some(d) = args.duration_s {
         workload = workload.with_duration_s(d);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(usize::from(args.runtime_threads))
+        .worker_threads(runtime_threads(args.runtime_threads))
         .thread_name("loadgen-rt")
         .enable_all()
         .build()
