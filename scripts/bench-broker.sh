@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Broker benchmarks: produce and fetch limits next to the loopback TCP limit and the disk's
-# sequential O_DIRECT write rate measured in the same run (iperf3, fio), publish latency at half the maximum rate, sendfile vs copy for file-backed
-# fetches, direct vs forwarded (cross-core) paths, and RSS with 10,000 idle partitions.
+# sequential O_DIRECT write rate measured in the same run (iperf3, fio), publish latency at half
+# the maximum rate, sendfile vs copy for file-backed fetches, direct vs forwarded (cross-core)
+# paths, and RSS with 10,000 idle partitions.
 #
 #   scripts/bench-broker.sh [OUT_DIR]        (default results/broker-<date>)
 #   BORGES_BENCH_BIN=/tmp/old/borges scripts/bench-broker.sh OUT_DIR   (another broker build)
@@ -164,13 +165,12 @@ METRICS=1 start_broker 0 1
 loadgen latency-1p-1kb-half 1 "$LAT"
 # The broker's own view of the same requests: decode to response ready (whole broker lifetime,
 # warm-up included), from its Prometheus endpoint.
-log "curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep 'borges_request_latency_seconds{api=\"Produce\"'"
+log "curl -s http://127.0.0.1:$METRICS_PORT/metrics | grep 'borges_request_latency_seconds_bucket{.*api=\"Produce\"'"
 python3 - "$METRICS_PORT" >"$OUT/latency-1p-1kb-half-broker.txt" <<'PY'
-import sys, urllib.request
+import re, sys, urllib.request
 # A Prometheus histogram: cumulative bucket counts; a quantile is the upper bound of the first
 # bucket that holds it (so each figure is an upper bound at the bucket's resolution).
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
-import re
 buckets = []
 for line in text.splitlines():
     if line.startswith("borges_request_latency_seconds_bucket{") and 'api="Produce"' in line:

@@ -358,9 +358,7 @@ impl BorgesProducer {
         self.topics.insert(name.to_string(), t.clone());
         t
     }
-}
 
-impl BorgesProducer {
     /// `Producer::send`, polled once in the runtime's context: with buffer memory free and the
     /// topic's metadata known it is ready at once, so the common case skips `block_on`'s cost
     /// per record (entering the runtime, a new RNG seed, a parked-thread waker: about 3% of the
