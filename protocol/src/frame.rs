@@ -303,6 +303,18 @@ mod tests {
         assert!(!d.is_error());
     }
 
+    /// A request's header is not a response; an error-only flag is not one either (a mutant
+    /// that reads every header as a response survived without this).
+    #[test]
+    fn request_and_error_flags_are_not_responses() {
+        let request = FrameHeader::new(6, 1, 0, 77, 100, 0).unwrap();
+        assert!(!request.is_response());
+        assert!(!request.is_error());
+        let error_only = FrameHeader::new(6, 1, FLAG_ERROR, 77, 100, 0).unwrap();
+        assert!(!error_only.is_response());
+        assert!(error_only.is_error());
+    }
+
     #[test]
     fn decoder_needs_more_then_yields_frame() {
         let frame = encode_frame(7, 0, 0, 5, b"msg", b"payload").unwrap();
