@@ -4,9 +4,11 @@
 //! on (at most `write_size_bytes_max x writes_in_flight_max` bytes, at least one batch),
 //! reserves file space ahead of them, copies them exactly once into aligned buffers behind the
 //! retained partial last block, and writes those buffers from the block boundary with at most
-//! `writes_in_flight_max` direct-IO writes in flight. Only when every write of the round
-//! succeeded do the writer's position and tail and the log's flushed point advance; a failed
-//! round changes neither, so it can be written again from the same place.
+//! `writes_in_flight_max` direct-IO writes in flight. Batches appended while its writes are in
+//! flight join the round (within the same bound), so the device is not left idle between
+//! rounds under load; no block is ever in two writes at once. Only when every write of the
+//! round succeeded do the writer's position and tail and the log's flushed point advance; a
+//! failed round changes neither, so it can be written again from the same place.
 
 use std::io;
 use std::rc::Rc;
@@ -42,24 +44,29 @@ impl StreamCopy<'_> {
     }
 }
 
-/// Builds the aligned buffers of one round: `tail` then `batches`, starting at the aligned
-/// position, cut every `chunk_size_bytes` (aligned); the last buffer is zero-padded. Full-size
-/// chunks come from `spare` when it has one.
+/// Builds the aligned buffers of one take of a round: `carry` (the bytes of the partial block
+/// at the aligned position `start`) then `batches`, cut every `chunk_size_bytes` (aligned).
+/// With `write_tail` the last buffer is the zero-padded partial block; without, the bytes past
+/// the last block boundary are held back. Either way those bytes are returned: the carry of the
+/// next take. Full-size chunks come from `spare` when it has one.
 fn build_chunks(
     file: &DirectFile,
     start: u64,
-    tail: &[u8],
+    carry: &[u8],
     batches: &[Bytes],
     chunk_size_bytes: u64,
     spare: &mut Vec<AlignedBuf>,
+    write_tail: bool,
 ) -> (Vec<(u64, AlignedBuf)>, Vec<u8>) {
     let align = file.alignment();
     let mut parts: Vec<&[u8]> = Vec::with_capacity(batches.len() + 1);
-    if !tail.is_empty() {
-        parts.push(tail);
+    if !carry.is_empty() {
+        parts.push(carry);
     }
     parts.extend(batches.iter().map(|b| &b[..]).filter(|b| !b.is_empty()));
     let stream_len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+    let full_len = align_down(stream_len, align);
+    let chunked_len = if write_tail { stream_len } else { full_len };
     let mut copy = StreamCopy {
         parts,
         part: 0,
@@ -67,9 +74,8 @@ fn build_chunks(
     };
     let mut chunks = Vec::new();
     let mut done = 0u64;
-    let mut new_tail = Vec::new();
-    while done < stream_len {
-        let len = chunk_size_bytes.min(stream_len - done) as usize;
+    while done < chunked_len {
+        let len = chunk_size_bytes.min(chunked_len - done) as usize;
         let buf = match spare.pop() {
             Some(mut buf) if len as u64 == chunk_size_bytes && buf.len() == len => {
                 copy.copy(buf.as_bytes_mut());
@@ -80,52 +86,92 @@ fn build_chunks(
                 len
             }),
         };
-        if done + len as u64 == stream_len {
-            let keep = len - (len as u64 % align) as usize;
-            new_tail = buf.as_bytes()[keep..len].to_vec();
-        }
         chunks.push((start + done, buf));
         done += len as u64;
     }
-    (chunks, new_tail)
+    let mut next_carry = vec![0u8; (stream_len - full_len) as usize];
+    if write_tail {
+        if let Some((pos, last)) = chunks.last() {
+            let from = (start + full_len - pos) as usize;
+            let n = next_carry.len();
+            next_carry.copy_from_slice(&last.as_bytes()[from..from + n]);
+        }
+    } else {
+        copy.copy(&mut next_carry);
+    }
+    (chunks, next_carry)
 }
 
-/// Writes the chunks with at most `in_flight_max` writes at once; the first error wins.
-/// Full-size buffers go back to the core's pool.
-async fn write_chunks(
-    file: &Rc<DirectFile>,
-    chunks: Vec<(u64, AlignedBuf)>,
+type WriteTask = borges_runtime::task::Task<(io::Result<()>, Option<AlignedBuf>)>;
+
+/// The direct-IO writes of one round in flight, at most `in_flight_max` at once; the first
+/// error wins. Full-size buffers go back to the core's pool as their writes finish.
+struct Writes<'a> {
+    file: &'a Rc<DirectFile>,
+    core: &'a crate::core::CoreStorage,
+    tasks: std::collections::VecDeque<WriteTask>,
     in_flight_max: usize,
     chunk_size_bytes: u64,
-    core: &crate::core::CoreStorage,
-) -> io::Result<()> {
-    type Write = borges_runtime::task::Task<(io::Result<()>, Option<AlignedBuf>)>;
-    let mut tasks: std::collections::VecDeque<Write> = std::collections::VecDeque::new();
-    let mut result = Ok(());
-    let recycle = |r: (io::Result<()>, Option<AlignedBuf>), result: &mut io::Result<()>| {
+    result: io::Result<()>,
+}
+
+impl Writes<'_> {
+    fn finished(&mut self, r: (io::Result<()>, Option<AlignedBuf>)) {
         let (r, buf) = r;
-        if let Some(buf) = buf.filter(|b| b.len() as u64 == chunk_size_bytes) {
-            core.recycle_write_buffer(buf);
+        if let Some(buf) = buf.filter(|b| b.len() as u64 == self.chunk_size_bytes) {
+            self.core.recycle_write_buffer(buf);
         }
-        if result.is_ok() {
-            *result = r;
+        if self.result.is_ok() {
+            self.result = r;
         }
-    };
-    for (pos, buf) in chunks {
-        if tasks.len() >= in_flight_max.max(1) {
-            let done = tasks.pop_front().expect("non-empty").await;
-            recycle(done, &mut result);
-        }
-        let f = file.clone();
-        tasks.push_back(borges_runtime::task::spawn(async move {
-            f.write_reusable_at(buf, pos).await
-        }));
     }
-    for t in tasks {
-        let done = t.await;
-        recycle(done, &mut result);
+
+    /// Starts the writes of `chunks`, first waiting for the oldest whenever the window is full.
+    async fn submit(&mut self, chunks: Vec<(u64, AlignedBuf)>) {
+        for (pos, buf) in chunks {
+            if self.tasks.len() >= self.in_flight_max.max(1) {
+                let done = self.tasks.pop_front().expect("non-empty").await;
+                self.finished(done);
+            }
+            let f = self.file.clone();
+            self.tasks
+                .push_back(borges_runtime::task::spawn(async move {
+                    f.write_reusable_at(buf, pos).await
+                }));
+        }
     }
-    result
+
+    /// Waits until the oldest write finishes or `work` changes from `seen` (new batches).
+    async fn oldest_or_work(&mut self, work: &borges_runtime::sync::Notify, seen: u64) {
+        let Some(oldest) = self.tasks.front_mut() else {
+            return;
+        };
+        let done = futures_lite::future::or(async { Some(oldest.await) }, async {
+            work.changed_since(seen).await;
+            None
+        })
+        .await;
+        if let Some(done) = done {
+            self.tasks.pop_front();
+            self.finished(done);
+        }
+    }
+
+    /// Waits for every write; the round's result.
+    async fn drain(&mut self) -> io::Result<()> {
+        while let Some(t) = self.tasks.pop_front() {
+            let done = t.await;
+            self.finished(done);
+        }
+        std::mem::replace(&mut self.result, Ok(()))
+    }
+}
+
+/// The pending batches of one take: their bytes, size and the offset after the last.
+struct Take {
+    batches: Vec<Bytes>,
+    total: u64,
+    end_offset: i64,
 }
 
 impl PartitionLog {
@@ -134,49 +180,144 @@ impl PartitionLog {
         self.write_round_parts(&mut w.parts().0).await
     }
 
+    /// One round. Its first take writes what is pending, partial last block included (one
+    /// write at low load). Batches appended while that round's writes are in flight join it as
+    /// further takes, whose full blocks are written at once and whose partial last block waits
+    /// for the next take or the round's end, so that no block is ever in two writes at once;
+    /// the second take first waits for the first's writes, which include the block it rewrites.
+    /// A round ends when nothing is pending and nothing is in flight, or at
+    /// `write_size_bytes_max x writes_in_flight_max` bytes; only then does the flushed point
+    /// advance, over all of it.
     pub(super) async fn write_round_parts(
         self: &Rc<Self>,
         w: &mut WriteParts<'_>,
     ) -> Result<bool, StorageError> {
         let chunk = align_down(self.core.config.write_size_bytes_max as u64, w.align).max(w.align);
-        let cap = chunk * self.core.tuning.writes_in_flight_max.max(1) as u64;
-        let (batches, total, end_offset) = {
-            let st = self.state.borrow();
-            let mut batches = Vec::new();
-            let mut total = 0u64;
-            let mut end_offset = st.flushed.offset;
-            for b in st.mem.range(st.first_pending()..) {
-                if b.segment_base != w.segment_base || (total > 0 && total + b.size() > cap) {
-                    break;
-                }
-                debug_assert_eq!(
-                    b.position,
-                    *w.position + total,
-                    "pending batches are contiguous"
-                );
-                total += b.size();
-                end_offset = b.last_offset + 1;
-                batches.push(b.bytes.clone());
-            }
-            (batches, total, end_offset)
+        let in_flight_max = self.core.tuning.writes_in_flight_max;
+        let cap = chunk * in_flight_max.max(1) as u64;
+        let mut writes = Writes {
+            file: w.file,
+            core: &self.core,
+            tasks: Default::default(),
+            in_flight_max,
+            chunk_size_bytes: chunk,
+            result: Ok(()),
         };
-        if batches.is_empty() {
+        let mut carry = w.tail.clone();
+        let (mut total, mut end_offset) = (0u64, 0i64);
+        // The carry's block is in a write of this round (the first take wrote it).
+        let mut carry_in_flight = false;
+        let result = loop {
+            let seen = self.work.generation();
+            let take = self.take_pending(w, (total > 0).then_some(end_offset), total, cap);
+            let Some(take) = take else {
+                if writes.tasks.is_empty() || total >= cap || writes.result.is_err() {
+                    break Ok(());
+                }
+                writes.oldest_or_work(&self.work, seen).await;
+                continue;
+            };
+            if let Err(e) = self
+                .ensure_allocated(w, *w.position + total + take.total)
+                .await
+            {
+                break Err(e);
+            }
+            if carry_in_flight {
+                if let Err(e) = writes.drain().await {
+                    break Err(io_error("write", w.log_path, e));
+                }
+            }
+            let at = align_down(*w.position + total, w.align);
+            let first = total == 0;
+            let (chunks, next) = {
+                let mut spare = self.core.write_buffers.borrow_mut();
+                build_chunks(w.file, at, &carry, &take.batches, chunk, &mut spare, first)
+            };
+            carry = next;
+            carry_in_flight = first && !carry.is_empty();
+            writes.submit(chunks).await;
+            total += take.total;
+            end_offset = take.end_offset;
+        };
+        self.finish_round(w, writes, result, carry, carry_in_flight, total, end_offset)
+            .await
+    }
+    /// The pending batches of the writer's segment after `after` (none: after the flushed
+    /// point), `taken` bytes into the round, while the round stays within `cap` bytes (the
+    /// first take has at least one batch); `None` if there are none.
+    fn take_pending(
+        &self,
+        w: &WriteParts<'_>,
+        after: Option<i64>,
+        taken: u64,
+        cap: u64,
+    ) -> Option<Take> {
+        let st = self.state.borrow();
+        let (from, first) = match after {
+            None => (st.flushed.offset, st.first_pending()),
+            Some(o) => (o, st.mem.partition_point(|b| b.base_offset < o)),
+        };
+        let mut take = Take {
+            batches: Vec::new(),
+            total: 0,
+            end_offset: from,
+        };
+        for b in st.mem.range(first..) {
+            let total = taken + take.total;
+            if b.segment_base != w.segment_base || (total > 0 && total + b.size() > cap) {
+                break;
+            }
+            debug_assert_eq!(
+                b.position,
+                *w.position + total,
+                "pending batches are contiguous"
+            );
+            take.total += b.size();
+            take.end_offset = b.last_offset + 1;
+            take.batches.push(b.bytes.clone());
+        }
+        (!take.batches.is_empty()).then_some(take)
+    }
+
+    /// Ends a round: writes the held-back partial block, waits for every write, and only when
+    /// all succeeded advances the writer and the flushed point over the round's `total` bytes.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_round(
+        self: &Rc<Self>,
+        w: &mut WriteParts<'_>,
+        mut writes: Writes<'_>,
+        result: Result<(), StorageError>,
+        carry: Vec<u8>,
+        carry_in_flight: bool,
+        total: u64,
+        end_offset: i64,
+    ) -> Result<bool, StorageError> {
+        if result.is_ok() && total > 0 && !carry.is_empty() && !carry_in_flight {
+            let at = align_down(*w.position + total, w.align);
+            let chunks = {
+                let mut spare = self.core.write_buffers.borrow_mut();
+                build_chunks(
+                    w.file,
+                    at,
+                    &carry,
+                    &[],
+                    writes.chunk_size_bytes,
+                    &mut spare,
+                    true,
+                )
+                .0
+            };
+            writes.submit(chunks).await;
+        }
+        let written = writes.drain().await;
+        result?;
+        written.map_err(|e| io_error("write", w.log_path, e))?;
+        if total == 0 {
             return Ok(false);
         }
-        let needed = *w.position + total;
-        self.ensure_allocated(w, needed).await?;
-        let start = align_down(*w.position, w.align);
-        let (chunks, new_tail) = {
-            let mut spare = self.core.write_buffers.borrow_mut();
-            build_chunks(w.file, start, w.tail, &batches, chunk, &mut spare)
-        };
-        drop(batches);
-        let in_flight = self.core.tuning.writes_in_flight_max;
-        write_chunks(w.file, chunks, in_flight, chunk, &self.core)
-            .await
-            .map_err(|e| io_error("write", w.log_path, e))?;
         *w.position += total;
-        *w.tail = new_tail;
+        *w.tail = carry;
         debug_assert_eq!(w.tail.len() as u64, *w.position % w.align);
         self.complete_flush(w, total, end_offset);
         Ok(true)

@@ -2,11 +2,12 @@
 //!
 //! Each flush round takes the pending batches of the writer's segment (up to
 //! `write_size_bytes_max x writes_in_flight_max` bytes), copies them once into aligned buffers
-//! behind the retained partial last block, and writes from the block boundary with direct IO.
-//! Rounds never overlap, so the partial block rewritten by the next round is never in flight
-//! twice. Under `Durability::Fsync` every round is followed by one fdatasync covering all of it
-//! (group commit). The same task rolls segments, writes recovery checkpoints, truncates and
-//! closes.
+//! behind the retained partial last block, and writes from the block boundary with direct IO;
+//! batches appended while its writes are in flight join it. Rounds never overlap, and within a
+//! round no block is in two writes at once, so a partial block rewritten later is never in
+//! flight twice. Under `Durability::Fsync` every round is followed by one fdatasync covering
+//! all of it (group commit). The same task rolls segments, writes recovery checkpoints,
+//! truncates and closes.
 //!
 //! The parts, each with its own contract:
 //! - this module: [`Writer`], the open files of the segment being written and where writing
