@@ -187,12 +187,6 @@ impl LogState {
             .expect("a log always has an active segment")
     }
 
-    /// Index in `mem` of the first pending (unflushed) batch.
-    pub fn first_pending(&self) -> usize {
-        let flushed = self.flushed.offset;
-        self.mem.partition_point(|b| b.base_offset < flushed)
-    }
-
     /// Moves the high watermark to what the policy allows; true if it moved.
     pub fn advance_hw(&mut self) -> bool {
         let target = match self.config.durability {

@@ -167,6 +167,17 @@ impl Writes<'_> {
     }
 }
 
+/// Where a round stands: its writes, the bytes past the last block boundary written or held
+/// back (`carry`), whether the carry's block is in one of the writes (the first take wrote
+/// it), and the bytes and offset end taken so far.
+struct Round<'a> {
+    writes: Writes<'a>,
+    carry: Vec<u8>,
+    carry_in_flight: bool,
+    total: u64,
+    end_offset: i64,
+}
+
 /// The pending batches of one take: their bytes, size and the offset after the last.
 struct Take {
     batches: Vec<Bytes>,
@@ -195,54 +206,62 @@ impl PartitionLog {
         let chunk = align_down(self.core.config.write_size_bytes_max as u64, w.align).max(w.align);
         let in_flight_max = self.core.tuning.writes_in_flight_max;
         let cap = chunk * in_flight_max.max(1) as u64;
-        let mut writes = Writes {
-            file: w.file,
-            core: &self.core,
-            tasks: Default::default(),
-            in_flight_max,
-            chunk_size_bytes: chunk,
-            result: Ok(()),
+        let mut r = Round {
+            writes: Writes {
+                file: w.file,
+                core: &self.core,
+                tasks: Default::default(),
+                in_flight_max,
+                chunk_size_bytes: chunk,
+                result: Ok(()),
+            },
+            carry: w.tail.clone(),
+            carry_in_flight: false,
+            total: 0,
+            end_offset: 0,
         };
-        let mut carry = w.tail.clone();
-        let (mut total, mut end_offset) = (0u64, 0i64);
-        // The carry's block is in a write of this round (the first take wrote it).
-        let mut carry_in_flight = false;
         let result = loop {
             let seen = self.work.generation();
-            let take = self.take_pending(w, (total > 0).then_some(end_offset), total, cap);
-            let Some(take) = take else {
-                if writes.tasks.is_empty() || total >= cap || writes.result.is_err() {
+            let after = (r.total > 0).then_some(r.end_offset);
+            let Some(take) = self.take_pending(w, after, r.total, cap) else {
+                if r.writes.tasks.is_empty() || r.total >= cap || r.writes.result.is_err() {
                     break Ok(());
                 }
-                writes.oldest_or_work(&self.work, seen).await;
+                r.writes.oldest_or_work(&self.work, seen).await;
                 continue;
             };
-            if let Err(e) = self
-                .ensure_allocated(w, *w.position + total + take.total)
-                .await
-            {
+            let needed = *w.position + r.total + take.total;
+            if let Err(e) = self.ensure_allocated(w, needed).await {
                 break Err(e);
             }
-            if carry_in_flight {
-                if let Err(e) = writes.drain().await {
+            if r.carry_in_flight {
+                if let Err(e) = r.writes.drain().await {
                     break Err(io_error("write", w.log_path, e));
                 }
             }
-            let at = align_down(*w.position + total, w.align);
-            let first = total == 0;
+            let at = align_down(*w.position + r.total, w.align);
+            let first = r.total == 0;
             let (chunks, next) = {
                 let mut spare = self.core.write_buffers.borrow_mut();
-                build_chunks(w.file, at, &carry, &take.batches, chunk, &mut spare, first)
+                build_chunks(
+                    w.file,
+                    at,
+                    &r.carry,
+                    &take.batches,
+                    chunk,
+                    &mut spare,
+                    first,
+                )
             };
-            carry = next;
-            carry_in_flight = first && !carry.is_empty();
-            writes.submit(chunks).await;
-            total += take.total;
-            end_offset = take.end_offset;
+            r.carry = next;
+            r.carry_in_flight = first && !r.carry.is_empty();
+            r.writes.submit(chunks).await;
+            r.total += take.total;
+            r.end_offset = take.end_offset;
         };
-        self.finish_round(w, writes, result, carry, carry_in_flight, total, end_offset)
-            .await
+        self.finish_round(w, r, result).await
     }
+
     /// The pending batches of the writer's segment after `after` (none: after the flushed
     /// point), `taken` bytes into the round, while the round stays within `cap` bytes (the
     /// first take has at least one batch); `None` if there are none.
@@ -254,10 +273,8 @@ impl PartitionLog {
         cap: u64,
     ) -> Option<Take> {
         let st = self.state.borrow();
-        let (from, first) = match after {
-            None => (st.flushed.offset, st.first_pending()),
-            Some(o) => (o, st.mem.partition_point(|b| b.base_offset < o)),
-        };
+        let from = after.unwrap_or(st.flushed.offset);
+        let first = st.mem.partition_point(|b| b.base_offset < from);
         let mut take = Take {
             batches: Vec::new(),
             total: 0,
@@ -281,32 +298,26 @@ impl PartitionLog {
     }
 
     /// Ends a round: writes the held-back partial block, waits for every write, and only when
-    /// all succeeded advances the writer and the flushed point over the round's `total` bytes.
-    #[allow(clippy::too_many_arguments)]
+    /// all succeeded advances the writer and the flushed point over the round's bytes.
     async fn finish_round(
         self: &Rc<Self>,
         w: &mut WriteParts<'_>,
-        mut writes: Writes<'_>,
+        round: Round<'_>,
         result: Result<(), StorageError>,
-        carry: Vec<u8>,
-        carry_in_flight: bool,
-        total: u64,
-        end_offset: i64,
     ) -> Result<bool, StorageError> {
+        let Round {
+            mut writes,
+            carry,
+            carry_in_flight,
+            total,
+            end_offset,
+        } = round;
         if result.is_ok() && total > 0 && !carry.is_empty() && !carry_in_flight {
             let at = align_down(*w.position + total, w.align);
+            let size = writes.chunk_size_bytes;
             let chunks = {
                 let mut spare = self.core.write_buffers.borrow_mut();
-                build_chunks(
-                    w.file,
-                    at,
-                    &carry,
-                    &[],
-                    writes.chunk_size_bytes,
-                    &mut spare,
-                    true,
-                )
-                .0
+                build_chunks(w.file, at, &carry, &[], size, &mut spare, true).0
             };
             writes.submit(chunks).await;
         }
