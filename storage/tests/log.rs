@@ -278,6 +278,47 @@ fn retention_deletes_whole_closed_segments_and_moves_the_log_start() {
     });
 }
 
+/// Time retention's boundary, as Kafka's (`now - largestTimestamp > retention.ms`): a closed
+/// segment whose newest record is exactly `retention.ms` old stays, one millisecond later it
+/// goes. Catches `>` read as `>=` in `retention_victims` (a CI mutation shard missed it).
+#[test]
+fn time_retention_keeps_a_segment_exactly_retention_ms_old_and_deletes_it_one_ms_later() {
+    const NEWEST_MS: i64 = 50_000;
+    const RETENTION_MS: i64 = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-5");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
+        let mut config = small_config(Durability::Fsync);
+        let log = open(&core, &path, config.clone()).await;
+        for i in 0..200u64 {
+            // Every record carries the same timestamp, so every segment's newest is NEWEST_MS.
+            log.append(vec![batch(i, 1, NEWEST_MS, 200)], 0).unwrap();
+        }
+        log.sync().await.unwrap();
+        log.close().await.unwrap();
+        // Reopened, every closed segment is finalized and may be deleted by retention.
+        config.retention_ms = RETENTION_MS;
+        let log = open(&core, &path, config).await;
+        let segments = log.segment_count();
+        assert!(segments > 2, "small segments roll: {segments}");
+        let at_limit = log.tick(NEWEST_MS + RETENTION_MS).await.unwrap();
+        assert_eq!(
+            at_limit.segments_deleted, 0,
+            "a segment exactly retention.ms old is kept: {at_limit:?}"
+        );
+        assert_eq!(log.segment_count(), segments);
+        assert_eq!(log.offsets().log_start_offset, 0);
+        let past = log.tick(NEWEST_MS + RETENTION_MS + 1).await.unwrap();
+        assert_eq!(past.segments_deleted, segments - 1, "{past:?}");
+        assert_eq!(log.segment_count(), 1, "only the active segment remains");
+        assert!(log.offsets().log_start_offset > 0);
+        log.close().await.unwrap();
+    });
+}
+
 #[test]
 fn truncate_to_cuts_whole_batches_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
