@@ -33,11 +33,12 @@ pub const FRAME_SIZE_BYTES_MAX_DEFAULT: u32 = 64 * 1024 * 1024;
 pub const FRAME_SIZE_BYTES_MAX_MIN: u32 = FRAME_HEADER_SIZE_BYTES as u32 + 1024;
 
 /// Header flag: the frame is a response.
-pub const FLAG_RESPONSE: u16 = 1 << 0;
+pub const FLAG_RESPONSE: u16 = 0b01;
 /// Header flag: the message is an `ErrorResponse` (request-level failure before the API's own
 /// response could be built, for example an unknown API key).
-pub const FLAG_ERROR: u16 = 1 << 1;
-const FLAGS_KNOWN: u16 = FLAG_RESPONSE | FLAG_ERROR;
+pub const FLAG_ERROR: u16 = 0b10;
+const FLAGS_KNOWN: u16 = 0b11;
+const _: () = assert!(FLAGS_KNOWN == FLAG_RESPONSE | FLAG_ERROR && FLAG_RESPONSE & FLAG_ERROR == 0);
 
 /// The fixed-layout frame header. It carries its own CRC-32C so that it can be trusted before
 /// the rest of the frame is read.

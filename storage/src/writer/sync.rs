@@ -113,10 +113,8 @@ impl PartitionLog {
     pub(super) fn mark_synced(&self, target: Point) {
         let hw_moved = {
             let mut st = self.state.borrow_mut();
-            if target.offset > st.synced.offset
-                || (target.offset == st.synced.offset
-                    && target.segment_base > st.synced.segment_base)
-            {
+            // Later in offset, or at the same offset in a later segment (a roll).
+            if (target.offset, target.segment_base) > (st.synced.offset, st.synced.segment_base) {
                 st.synced = target;
             }
             st.advance_hw()
