@@ -61,11 +61,9 @@ pub async fn request(
             shard.metrics().count_authorization_failure(api, resource);
         }
         tracing::debug!(principal = %from.principal, "{api} refused: {failure}");
-        let mut response = wire::error_response(&header, &failure);
-        if api == ApiKey::Produce && !answered_produce(&frame.message) {
-            // acks = 0: the client reads no answer; closing tells it (as Kafka does).
-            response = response.then_close();
-        }
+        // Produce is never refused whole (its handler answers per topic), so every refused
+        // request expects an answer.
+        let response = wire::error_response(&header, &failure);
         return task::spawn(async move {
             drop(permit);
             Some(response)
@@ -87,11 +85,6 @@ pub async fn request(
 fn authorize(shard: &Shard, api: ApiKey, frame: &Frame, principal: &str) -> Result<(), Failure> {
     let authorizer = shard.authorizer();
     crate::acl::check::request(&authorizer, principal, api, &frame.message)
-}
-
-/// Whether a (verified) Produce expects an answer (acks != 0).
-fn answered_produce(message: &[u8]) -> bool {
-    wire::verify::<borges_protocol::wire::ProduceRequest>(message).is_ok_and(|r| r.acks() != 0)
 }
 
 /// Verifies the request's flatbuffers message (within the protocol's limits) for its API; a

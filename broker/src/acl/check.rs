@@ -2,17 +2,22 @@
 //! the request's message verified and before it is dispatched or forwarded, so a refused
 //! request changes nothing. A refusal answers the whole request with an `ErrorResponse`
 //! carrying `TopicAuthorizationFailed`, `GroupAuthorizationFailed` or
-//! `ClusterAuthorizationFailed` for the first resource refused (Kafka answers per resource;
-//! Borges refuses the request; CreateTopics and DeleteTopics answer per topic, their handlers
-//! checking each with [`allowed`]). Metadata and ListGroups are not refused: their handlers leave
-//! out what the principal may not describe ([`may_describe_topic`], [`may_describe_group`]);
-//! so does OffsetFetch's handler with the topics of the group's offsets.
+//! `ClusterAuthorizationFailed` for the first resource refused.
+//!
+//! Where Kafka answers per topic, so does Borges: the handlers of Produce, Fetch, ListOffsets,
+//! OffsetForLeaderEpoch (a client's), OffsetCommit (its topics; the group is checked here),
+//! CreateTopics and DeleteTopics check each topic with a [`TopicGate`] (or [`allowed`]) while
+//! they parse, answer a refused topic's partitions `TopicAuthorizationFailed` and serve the
+//! others. Metadata and ListGroups are not refused: their handlers leave out what the principal
+//! may not describe ([`may_describe_topic`], [`may_describe_group`]); so does OffsetFetch's
+//! handler with the topics of the group's offsets.
 
 use borges_protocol::acl::{Operation, ResourceType};
 use borges_protocol::{wire as m, ApiKey, ErrorCode};
 
 use super::Authorizer;
 use crate::failure::Failure;
+use crate::metrics::CoreMetrics;
 use crate::wire;
 
 /// One permission a request needs.
@@ -113,6 +118,51 @@ pub fn allowed(authorizer: &Authorizer, principal: &str, need: &Need<'_>) -> Res
     }
 }
 
+/// The per-topic check of one request whose API Kafka answers per topic: built by its handler
+/// on the connection's core, asked once per topic of the request while it parses. Each
+/// refusal is counted under the API and `topic`. Free when the authorizer is off or the
+/// principal is a super user.
+pub struct TopicGate<'a> {
+    /// The authorizer and principal to ask; `None`: everything passes.
+    check: Option<(std::rc::Rc<Authorizer>, &'a str)>,
+    api: ApiKey,
+    operation: Operation,
+    metrics: &'a CoreMetrics,
+}
+
+impl<'a> TopicGate<'a> {
+    /// The gate for `operation` on the topics of an `api` request from `principal`.
+    pub fn new(
+        authorizer: std::rc::Rc<Authorizer>,
+        metrics: &'a CoreMetrics,
+        principal: &'a str,
+        api: ApiKey,
+        operation: Operation,
+    ) -> TopicGate<'a> {
+        let checked = authorizer.enabled() && !authorizer.is_super_user(principal);
+        TopicGate {
+            check: checked.then_some((authorizer, principal)),
+            api,
+            operation,
+            metrics,
+        }
+    }
+
+    /// `Ok` when the principal may do the gate's operation on `topic`, else the refusal to
+    /// answer each of the topic's partitions with (counted).
+    pub fn check(&self, topic: &str) -> Result<(), Failure> {
+        let Some((authorizer, principal)) = &self.check else {
+            return Ok(());
+        };
+        let refused = allowed(authorizer, principal, &Need::Topic(self.operation, topic));
+        if refused.is_err() {
+            self.metrics
+                .count_authorization_failure(self.api, ResourceType::Topic);
+        }
+        refused
+    }
+}
+
 type Strings<'a> = Option<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<&'a str>>>;
 
 fn names<'a>(v: Strings<'a>, each: impl Fn(&'a str) -> Need<'a>) -> Vec<Need<'a>> {
@@ -121,39 +171,33 @@ fn names<'a>(v: Strings<'a>, each: impl Fn(&'a str) -> Need<'a>) -> Vec<Need<'a>
 
 /// The permissions a verified request of `api` needs, in request order.
 pub fn needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
-    use Operation::*;
     Ok(match api {
         ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => Vec::new(),
         ApiKey::Metadata | ApiKey::ListGroups => Vec::new(),
-        ApiKey::Produce => {
-            let r = wire::verify::<m::ProduceRequest>(message)?;
-            let t = r.topics().into_iter().flatten();
-            t.map(|t| Need::Topic(Write, t.name())).collect()
-        }
+        // Per topic, by their handlers' TopicGate: Write, Describe.
+        ApiKey::Produce | ApiKey::ListOffsets => Vec::new(),
+        // A follower's requests need ClusterAction; a client's are checked per topic by the
+        // handler (Read, Describe).
         ApiKey::Fetch => {
             let r = wire::verify::<m::FetchRequest>(message)?;
-            if r.replica_id() >= 0 {
-                return Ok(vec![Need::Cluster(ClusterAction)]);
-            }
-            let t = r.topics().into_iter().flatten();
-            t.map(|t| Need::Topic(Read, t.name())).collect()
-        }
-        ApiKey::ListOffsets => {
-            let r = wire::verify::<m::ListOffsetsRequest>(message)?;
-            let t = r.topics().into_iter().flatten();
-            t.map(|t| Need::Topic(Describe, t.name())).collect()
+            replica_needs(r.replica_id())
         }
         ApiKey::OffsetForLeaderEpoch => {
             let r = wire::verify::<m::OffsetForLeaderEpochRequest>(message)?;
-            if r.replica_id() >= 0 {
-                return Ok(vec![Need::Cluster(ClusterAction)]);
-            }
-            let t = r.topics().into_iter().flatten();
-            t.map(|t| Need::Topic(Describe, t.name())).collect()
+            replica_needs(r.replica_id())
         }
         ApiKey::InitProducerId => vec![Need::ProducerId],
         _ => return admin_needs(api, message),
     })
+}
+
+/// ClusterAction for a follower's request (`replica_id >= 0`); nothing more for a client's,
+/// whose topics its handler checks.
+fn replica_needs(replica_id: i32) -> Vec<Need<'static>> {
+    match replica_id >= 0 {
+        true => vec![Need::Cluster(Operation::ClusterAction)],
+        false => Vec::new(),
+    }
 }
 
 fn admin_needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
@@ -209,12 +253,10 @@ fn group_needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
             let r = wire::verify::<m::ConsumerGroupHeartbeatRequest>(message)?;
             vec![Need::Group(Read, r.group_id())]
         }
+        // Its topics (Read) are checked per topic by the handler.
         ApiKey::OffsetCommit => {
             let r = wire::verify::<m::OffsetCommitRequest>(message)?;
-            let mut needs = vec![Need::Group(Read, r.group_id())];
-            let t = r.topics().into_iter().flatten();
-            needs.extend(t.map(|t| Need::Topic(Read, t.name())));
-            needs
+            vec![Need::Group(Read, r.group_id())]
         }
         ApiKey::OffsetFetch => {
             let r = wire::verify::<m::OffsetFetchRequest>(message)?;
@@ -270,7 +312,8 @@ mod tests {
         let follower = topics_of_epochs(2);
         assert_eq!(
             needs(ApiKey::OffsetForLeaderEpoch, &client).unwrap(),
-            vec![Need::Topic(Describe, "t")]
+            vec![],
+            "a client's topics are checked per topic by the handler"
         );
         assert_eq!(
             needs(ApiKey::OffsetForLeaderEpoch, &follower).unwrap(),

@@ -5,8 +5,9 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
+use borges_protocol::acl::Operation;
 use borges_protocol::frame::{Frame, FrameHeader};
-use borges_protocol::{wire, ErrorCode};
+use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::failure::Failure;
@@ -22,10 +23,10 @@ struct Slot {
     outcome: Option<Result<EpochEnd, Failure>>,
 }
 
-/// Serves an OffsetForLeaderEpoch request.
-pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
+/// Serves an OffsetForLeaderEpoch request from `principal`.
+pub async fn handle(shard: Rc<Shard>, frame: Frame, principal: Rc<str>) -> Option<w::Response> {
     let header = frame.header;
-    let mut slots = match parse(&shard, &frame) {
+    let mut slots = match parse(&shard, &frame, &principal) {
         Ok(s) => s,
         Err(f) => return Some(respond(&header, Some(&f), &mut [])),
     };
@@ -43,15 +44,22 @@ pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     Some(respond(&header, None, &mut slots))
 }
 
-fn parse(shard: &Shard, frame: &Frame) -> Result<Vec<Slot>, Failure> {
+/// The request's slots; a client's topic `principal` may not Describe has its slots answered
+/// `TopicAuthorizationFailed` (a follower's request needed ClusterAction before dispatch).
+fn parse(shard: &Shard, frame: &Frame, principal: &str) -> Result<Vec<Slot>, Failure> {
     let req = w::verify::<wire::OffsetForLeaderEpochRequest>(&frame.message)?;
+    let gate = shard.topic_gate(principal, ApiKey::OffsetForLeaderEpoch, Operation::Describe);
     let mut slots = Vec::new();
     for topic in req.topics().iter().flatten() {
         let name: Arc<str> = Arc::from(topic.name());
+        let allowed = match req.replica_id() >= 0 {
+            true => Ok(()),
+            false => gate.check(&name),
+        };
         for p in topic.partitions().iter().flatten() {
-            let target = shard
-                .partitions()
-                .locate(&name, p.partition())
+            let target = allowed
+                .clone()
+                .and_then(|()| shard.partitions().locate(&name, p.partition()))
                 .map(|(owner, _)| {
                     let partition = PartitionRef {
                         topic: name.clone(),

@@ -5,8 +5,9 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
+use borges_protocol::acl::Operation;
 use borges_protocol::frame::{Frame, FrameHeader};
-use borges_protocol::{wire, ErrorCode};
+use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::config::FetchSendMode;
@@ -33,7 +34,9 @@ struct Parsed {
     slots: Vec<Slot>,
 }
 
-fn parse(shard: &Shard, frame: &Frame) -> Result<Parsed, Failure> {
+/// The request's slots; a consumer's topic `principal` may not Read has its slots answered
+/// `TopicAuthorizationFailed` (a follower's fetch needed ClusterAction before dispatch).
+fn parse(shard: &Shard, frame: &Frame, principal: &str) -> Result<Parsed, Failure> {
     let req = w::verify::<wire::FetchRequest>(&frame.message)?;
     let replica_id = req.replica_id();
     if replica_id != -1 && (replica_id < 0 || !shard.config().cluster.enabled()) {
@@ -51,38 +54,19 @@ fn parse(shard: &Shard, frame: &Frame) -> Result<Parsed, Failure> {
     } else {
         (req.max_bytes() as u64).min(u64::from(settings.response_bytes_max))
     };
+    let gate = shard.topic_gate(principal, ApiKey::Fetch, Operation::Read);
     let mut slots = Vec::new();
     for topic in req.topics().iter().flatten() {
         let name: Arc<str> = Arc::from(topic.name());
+        let allowed = match replica_id >= 0 {
+            true => Ok(()),
+            false => gate.check(&name),
+        };
         for p in topic.partitions().iter().flatten() {
-            let target = shard
-                .partitions()
-                .locate(&name, p.partition())
-                .and_then(|(owner, _)| {
-                    if p.fetch_offset() < 0 {
-                        return Err(Failure::new(
-                            ErrorCode::OffsetOutOfRange,
-                            format!("fetch offset {} is negative", p.fetch_offset()),
-                        ));
-                    }
-                    Ok((
-                        owner,
-                        FetchItem {
-                            partition: PartitionRef {
-                                topic: name.clone(),
-                                partition: p.partition() as u32,
-                            },
-                            fetch_offset: p.fetch_offset(),
-                            max_bytes: p.partition_max_bytes().max(1) as u64,
-                            replica: (replica_id >= 0).then_some(ReplicaFetchFields {
-                                replica_id,
-                                broker_epoch: req.replica_epoch(),
-                                current_leader_epoch: p.current_leader_epoch(),
-                                last_fetched_epoch: p.last_fetched_epoch(),
-                            }),
-                        },
-                    ))
-                });
+            let target = allowed
+                .clone()
+                .and_then(|()| shard.partitions().locate(&name, p.partition()))
+                .and_then(|(owner, _)| Ok((owner, item(&req, &name, &p)?)));
             slots.push(Slot {
                 topic: name.clone(),
                 partition: p.partition(),
@@ -100,10 +84,39 @@ fn parse(shard: &Shard, frame: &Frame) -> Result<Parsed, Failure> {
     })
 }
 
-/// Serves a Fetch request.
-pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
+/// What to read of partition `p` of topic `name`.
+fn item(
+    req: &wire::FetchRequest<'_>,
+    name: &Arc<str>,
+    p: &wire::FetchPartition<'_>,
+) -> Result<FetchItem, Failure> {
+    if p.fetch_offset() < 0 {
+        return Err(Failure::new(
+            ErrorCode::OffsetOutOfRange,
+            format!("fetch offset {} is negative", p.fetch_offset()),
+        ));
+    }
+    let replica_id = req.replica_id();
+    Ok(FetchItem {
+        partition: PartitionRef {
+            topic: name.clone(),
+            partition: p.partition() as u32,
+        },
+        fetch_offset: p.fetch_offset(),
+        max_bytes: p.partition_max_bytes().max(1) as u64,
+        replica: (replica_id >= 0).then_some(ReplicaFetchFields {
+            replica_id,
+            broker_epoch: req.replica_epoch(),
+            current_leader_epoch: p.current_leader_epoch(),
+            last_fetched_epoch: p.last_fetched_epoch(),
+        }),
+    })
+}
+
+/// Serves a Fetch request from `principal`.
+pub async fn handle(shard: Rc<Shard>, frame: Frame, principal: Rc<str>) -> Option<w::Response> {
     let header = frame.header;
-    let mut parsed = match parse(&shard, &frame) {
+    let mut parsed = match parse(&shard, &frame, &principal) {
         Ok(p) => p,
         Err(f) => return Some(request_error(&header, &f)),
     };

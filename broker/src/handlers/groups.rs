@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use borges_protocol::acl::ResourceType;
+use borges_protocol::acl::{Operation, ResourceType};
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
@@ -30,7 +30,7 @@ pub async fn handle(
     let result = match api {
         ApiKey::FindCoordinator => find_coordinator(&shard, &frame, &mut fbb),
         ApiKey::ConsumerGroupHeartbeat => heartbeat(&shard, &frame, &peer, &mut fbb).await,
-        ApiKey::OffsetCommit => offset_commit(&shard, &frame, &mut fbb).await,
+        ApiKey::OffsetCommit => offset_commit(&shard, &frame, &principal, &mut fbb).await,
         ApiKey::OffsetFetch => offset_fetch(&shard, &frame, &principal, &mut fbb).await,
         ApiKey::ListGroups => list_groups(&shard, &frame, &principal, &mut fbb).await,
         ApiKey::DescribeGroups => describe_groups(&shard, &frame, &mut fbb).await,
@@ -270,15 +270,48 @@ async fn heartbeat(
     Ok(())
 }
 
+/// The coordinator's answer per item; a refusal of the whole commit (a fenced member, ...)
+/// answers every item.
+async fn commit(
+    shard: &Rc<Shard>,
+    group: String,
+    member_id: String,
+    member_epoch: i32,
+    items: Vec<CommitItem>,
+) -> Result<Vec<Option<Failure>>, Failure> {
+    let count = items.len();
+    let request = GroupRequest::Commit {
+        group: group.clone(),
+        member_id,
+        member_epoch,
+        items,
+    };
+    Ok(match shard.group(&group, request).await? {
+        GroupResponse::Commit(Ok(answers)) => answers,
+        GroupResponse::Commit(Err(f)) => vec![Some(f); count],
+        _ => vec![Some(unexpected()); count],
+    })
+}
+
+/// Commits the offsets of the topics `principal` may Read (the group's Read was checked
+/// before dispatch); each partition of another topic is answered `TopicAuthorizationFailed`.
 async fn offset_commit(
     shard: &Rc<Shard>,
     frame: &Frame,
+    principal: &str,
     fbb: &mut FlatBufferBuilder<'_>,
 ) -> Result<(), Failure> {
+    let gate = shard.topic_gate(principal, ApiKey::OffsetCommit, Operation::Read);
+    let mut refused = Vec::new();
     let (group, member_id, member_epoch, items) = {
         let req = w::verify::<wire::OffsetCommitRequest>(&frame.message)?;
         let mut items = Vec::new();
         for t in req.topics().iter().flatten() {
+            if let Err(f) = gate.check(t.name()) {
+                let parts = t.partitions().into_iter().flatten();
+                refused.extend(parts.map(|p| ((t.name().to_string(), p.partition()), f.clone())));
+                continue;
+            }
             for p in t.partitions().iter().flatten() {
                 items.push(CommitItem {
                     topic: t.name().to_string(),
@@ -296,32 +329,18 @@ async fn offset_commit(
             items,
         )
     };
+    drop(gate);
     let keys: Vec<(String, i32)> = items
         .iter()
         .map(|i| (i.topic.clone(), i.partition))
         .collect();
-    let results = match shard
-        .group(
-            &group,
-            GroupRequest::Commit {
-                group: group.clone(),
-                member_id,
-                member_epoch,
-                items,
-            },
-        )
-        .await?
-    {
-        GroupResponse::Commit(r) => r,
-        _ => Err(unexpected()),
-    };
-    // A group-level refusal (fenced member, ...) applies to every partition.
-    let per_item: Vec<Option<Failure>> = match results {
-        Ok(v) => v,
-        Err(f) => vec![Some(f); keys.len()],
+    let per_item = match items.is_empty() {
+        true => Vec::new(),
+        false => commit(shard, group, member_id, member_epoch, items).await?,
     };
     let mut by_topic: BTreeMap<String, Vec<(i32, Option<Failure>)>> = BTreeMap::new();
-    for ((t, p), f) in keys.into_iter().zip(per_item) {
+    let refused = refused.into_iter().map(|(key, f)| (key, Some(f)));
+    for ((t, p), f) in keys.into_iter().zip(per_item).chain(refused) {
         by_topic.entry(t).or_default().push((p, f));
     }
     let topics: Vec<_> = by_topic

@@ -50,9 +50,9 @@ pub async fn handle(
 ) -> Completion {
     let (peer, principal) = (from.peer, from.principal);
     match api {
-        ApiKey::Produce => produce::handle(shard, frame).await,
-        ApiKey::Fetch => Box::pin(fetch::handle(shard.clone(), frame)),
-        ApiKey::ListOffsets => Box::pin(offsets::handle(shard.clone(), frame)),
+        ApiKey::Produce => produce::handle(shard, frame, principal).await,
+        ApiKey::Fetch => Box::pin(fetch::handle(shard.clone(), frame, principal.clone())),
+        ApiKey::ListOffsets => Box::pin(offsets::handle(shard.clone(), frame, principal.clone())),
         ApiKey::ApiVersions => Box::pin(metadata::api_versions(shard.clone(), frame)),
         ApiKey::Metadata => Box::pin(metadata::metadata(shard.clone(), frame, principal.clone())),
         ApiKey::DescribeConfigs => Box::pin(admin::describe_configs(shard.clone(), frame)),
@@ -79,7 +79,9 @@ pub async fn handle(
             Box::pin(groups::handle(shard.clone(), api, frame, from))
         }
         ApiKey::InitProducerId => Box::pin(producer::init_producer_id(shard.clone(), frame)),
-        ApiKey::OffsetForLeaderEpoch => Box::pin(epochs::handle(shard.clone(), frame)),
+        ApiKey::OffsetForLeaderEpoch => {
+            Box::pin(epochs::handle(shard.clone(), frame, principal.clone()))
+        }
         ApiKey::CreateAcls => Box::pin(acls::create(shard.clone(), frame)),
         ApiKey::DescribeAcls => Box::pin(acls::describe(shard.clone(), frame)),
         ApiKey::DeleteAcls => Box::pin(acls::delete(shard.clone(), frame)),

@@ -4,8 +4,9 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
+use borges_protocol::acl::Operation;
 use borges_protocol::frame::{Frame, FrameHeader};
-use borges_protocol::{wire, ErrorCode};
+use borges_protocol::{wire, ApiKey, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 
 use crate::failure::Failure;
@@ -23,10 +24,10 @@ struct Slot {
     outcome: Option<Outcome>,
 }
 
-/// Serves a ListOffsets request.
-pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
+/// Serves a ListOffsets request from `principal`.
+pub async fn handle(shard: Rc<Shard>, frame: Frame, principal: Rc<str>) -> Option<w::Response> {
     let header = frame.header;
-    let mut slots = match parse(&shard, &frame) {
+    let mut slots = match parse(&shard, &frame, &principal) {
         Ok(s) => s,
         Err(f) => return Some(respond(&header, Some(&f), &mut [])),
     };
@@ -46,14 +47,20 @@ pub async fn handle(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
     Some(respond(&header, None, &mut slots))
 }
 
-fn parse(shard: &Shard, frame: &Frame) -> Result<Vec<Slot>, Failure> {
+/// The request's slots; a topic `principal` may not Describe has its slots answered
+/// `TopicAuthorizationFailed`.
+fn parse(shard: &Shard, frame: &Frame, principal: &str) -> Result<Vec<Slot>, Failure> {
     let req = w::verify::<wire::ListOffsetsRequest>(&frame.message)?;
+    let gate = shard.topic_gate(principal, ApiKey::ListOffsets, Operation::Describe);
     let mut slots = Vec::new();
     for topic in req.topics().iter().flatten() {
         let name: Arc<str> = Arc::from(topic.name());
+        let allowed = gate.check(&name);
         for p in topic.partitions().iter().flatten() {
             let timestamp = p.timestamp();
-            let target = if timestamp < MAX_TIMESTAMP {
+            let target = if let Err(refused) = &allowed {
+                Err(refused.clone())
+            } else if timestamp < MAX_TIMESTAMP {
                 Err(Failure::new(
                     ErrorCode::InvalidRequest,
                     format!("timestamp {timestamp}: expected -2 (earliest), -1 (latest), -3 (max timestamp) or >= 0"),

@@ -4,12 +4,14 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
+use borges_protocol::acl::Operation;
 use borges_protocol::frame::{Frame, FrameHeader};
-use borges_protocol::{wire, ErrorCode};
+use borges_protocol::{wire, ApiKey, ErrorCode};
 use bytes::BytesMut;
 use flatbuffers::FlatBufferBuilder;
 
 use super::Completion;
+use crate::acl::check::TopicGate;
 use crate::failure::Failure;
 use crate::partition::{self, AppendItem, ProduceAck};
 use crate::shard::Shard;
@@ -35,7 +37,8 @@ struct Parsed {
 /// Why a request failed as a whole, with its `acks` when they are known.
 type Refusal = (Option<Acks>, Failure);
 
-fn parse(frame: &Frame) -> Result<Parsed, Refusal> {
+/// The request's slots; a topic `gate` refuses has its slots answered with the refusal.
+fn parse(frame: &Frame, gate: &TopicGate<'_>) -> Result<Parsed, Refusal> {
     let req = w::verify::<wire::ProduceRequest>(&frame.message).map_err(|f| (None, f))?;
     let acks = Acks::from_wire(req.acks()).map_err(|f| (None, f))?;
     if req.transactional_id().is_some() {
@@ -51,13 +54,14 @@ fn parse(frame: &Frame) -> Result<Parsed, Refusal> {
     let mut ranges = Vec::new();
     for topic in req.topics().iter().flatten() {
         let name: Arc<str> = Arc::from(topic.name());
+        let refused = gate.check(&name).err();
         for p in topic.partitions().iter().flatten() {
             let range = p.records().map_or((0, 0), |r| (r.offset(), r.length()));
             ranges.push(range);
             slots.push(Slot {
                 topic: name.clone(),
                 partition: p.partition(),
-                outcome: None,
+                outcome: refused.clone().map(Err),
             });
         }
     }
@@ -69,11 +73,14 @@ fn parse(frame: &Frame) -> Result<Parsed, Refusal> {
     })
 }
 
-/// Ordered phase of a produce: validates and appends (or queues the appends); returns the
-/// completion that waits for acknowledgements.
-pub async fn handle(shard: &Rc<Shard>, frame: Frame) -> Completion {
+/// Ordered phase of a produce: validates and appends (or queues the appends) what `principal`
+/// may write; returns the completion that waits for acknowledgements.
+pub async fn handle(shard: &Rc<Shard>, frame: Frame, principal: &str) -> Completion {
     let header = frame.header;
-    let mut parsed = match parse(&frame) {
+    let gate = shard.topic_gate(principal, ApiKey::Produce, Operation::Write);
+    let parsed = parse(&frame, &gate);
+    drop(gate);
+    let mut parsed = match parsed {
         Ok(p) => p,
         Err((acks, f)) => return Box::pin(async move { Some(refused(&header, acks, &f)) }),
     };
@@ -89,6 +96,9 @@ pub async fn handle(shard: &Rc<Shard>, frame: Frame) -> Completion {
     let mut items = Vec::with_capacity(parts.len());
     for (i, bytes) in parts.into_iter().enumerate() {
         let slot = &mut parsed.slots[i];
+        if slot.outcome.is_some() {
+            continue; // refused by the ACLs: nothing of this topic is appended
+        }
         match prepare(shard, &slot.topic, slot.partition, bytes) {
             Ok((owner, item)) => items.push((i, owner, item)),
             Err(f) => {

@@ -29,6 +29,17 @@ impl Shard {
         self.authorizer.borrow().clone()
     }
 
+    /// The per-topic check of a request's topics for `operation` (`acl::check::TopicGate`).
+    pub fn topic_gate<'a>(
+        &'a self,
+        principal: &'a str,
+        api: borges_protocol::ApiKey,
+        operation: borges_protocol::acl::Operation,
+    ) -> crate::acl::check::TopicGate<'a> {
+        let metrics = self.metrics();
+        crate::acl::check::TopicGate::new(self.authorizer(), metrics, principal, api, operation)
+    }
+
     /// Puts `authorizer` in force on this core.
     pub fn install_acls(&self, authorizer: &Authorizer) {
         *self.authorizer.borrow_mut() = Rc::new(authorizer.clone());
