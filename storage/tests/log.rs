@@ -319,6 +319,42 @@ fn time_retention_keeps_a_segment_exactly_retention_ms_old_and_deletes_it_one_ms
     });
 }
 
+/// Records without timestamps (-1, `NO_TIMESTAMP`): time retention judges their segments by
+/// the files' modification time, as Kafka does, never by the -1. Catches
+/// `max_timestamp > NO_TIMESTAMP` read as `>=` (then -1 would be the newest timestamp and every
+/// such segment would be deleted at once).
+#[test]
+fn time_retention_judges_segments_without_timestamps_by_their_modification_time() {
+    const RETENTION_MS: i64 = 60_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-6");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
+        let mut config = small_config(Durability::Fsync);
+        let log = open(&core, &path, config.clone()).await;
+        for i in 0..200u64 {
+            log.append(vec![batch(i, 1, -1, 200)], 0).unwrap();
+        }
+        log.sync().await.unwrap();
+        log.close().await.unwrap();
+        config.retention_ms = RETENTION_MS;
+        let log = open(&core, &path, config).await;
+        let segments = log.segment_count();
+        assert!(segments > 2, "small segments roll: {segments}");
+        let now = borges_runtime::time::now_ms();
+        let fresh = log.tick(now).await.unwrap();
+        assert_eq!(
+            fresh.segments_deleted, 0,
+            "segments written just now are kept: {fresh:?}"
+        );
+        let later = log.tick(now + 2 * RETENTION_MS).await.unwrap();
+        assert_eq!(later.segments_deleted, segments - 1, "{later:?}");
+        log.close().await.unwrap();
+    });
+}
+
 #[test]
 fn truncate_to_cuts_whole_batches_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
