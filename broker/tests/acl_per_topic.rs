@@ -313,3 +313,130 @@ fn refused_topics_are_answered_per_partition_and_the_others_are_served() {
         assert_eq!(topic_refusals(&broker, api), 1, "{api}: one refused topic");
     }
 }
+
+/// `(resource name, error code)` per result of an admin response, in response order.
+type ResourceCodes = Vec<(String, ErrorCode)>;
+
+fn create_partitions(c: &mut RawClient, topics: &[&str], count: i32) -> ResourceCodes {
+    let topics = topics.iter().map(|t| {
+        obj!(wire::CreatePartitionsTopicT {
+            name: t.to_string(),
+            count: count,
+        })
+    });
+    let request = obj!(wire::CreatePartitionsRequestT {
+        topics: Some(topics.collect()),
+        timeout_ms: 30_000,
+    });
+    let mut fbb = FlatBufferBuilder::new();
+    let root = request.pack(&mut fbb);
+    finish(&mut fbb, root);
+    let reply = c.call(ApiKey::CreatePartitions, &fbb, &[]);
+    served(&reply);
+    let r = flatbuffers::root::<wire::CreatePartitionsResponse>(&reply.message)
+        .unwrap()
+        .unpack();
+    let results = r.results.unwrap_or_default().into_iter();
+    results
+        .map(|t| (t.name, ErrorCode::from_u16(t.error_code)))
+        .collect()
+}
+
+/// DescribeConfigs of `(type, name)` resources: the codes, and each result's `retention.ms`.
+fn describe_configs(
+    c: &mut RawClient,
+    resources: &[(wire::ConfigResourceType, &str)],
+) -> (ResourceCodes, Vec<Option<String>>) {
+    let resources = resources.iter().map(|(kind, name)| {
+        obj!(wire::DescribeConfigsResourceT {
+            resource_type: *kind,
+            resource_name: name.to_string(),
+        })
+    });
+    let request = obj!(wire::DescribeConfigsRequestT {
+        resources: Some(resources.collect()),
+    });
+    let mut fbb = FlatBufferBuilder::new();
+    let root = request.pack(&mut fbb);
+    finish(&mut fbb, root);
+    let reply = c.call(ApiKey::DescribeConfigs, &fbb, &[]);
+    served(&reply);
+    let r = flatbuffers::root::<wire::DescribeConfigsResponse>(&reply.message)
+        .unwrap()
+        .unpack();
+    let (mut codes, mut retention) = (Vec::new(), Vec::new());
+    for result in r.results.unwrap_or_default() {
+        codes.push((result.resource_name, ErrorCode::from_u16(result.error_code)));
+        let configs = result.configs.unwrap_or_default().into_iter();
+        let found = configs.into_iter().find(|e| e.name == "retention.ms");
+        retention.push(found.and_then(|e| e.value));
+    }
+    (codes, retention)
+}
+
+fn alter_retention(c: &mut RawClient, topics: &[&str], retention_ms: &str) -> ResourceCodes {
+    let resources = topics.iter().map(|t| {
+        obj!(wire::AlterConfigsResourceT {
+            resource_name: t.to_string(),
+            configs: Some(vec![obj!(wire::AlterableConfigT {
+                name: "retention.ms".to_string(),
+                value: Some(retention_ms.to_string()),
+            })]),
+        })
+    });
+    let request = obj!(wire::AlterConfigsRequestT {
+        resources: Some(resources.collect()),
+    });
+    let mut fbb = FlatBufferBuilder::new();
+    let root = request.pack(&mut fbb);
+    finish(&mut fbb, root);
+    let reply = c.call(ApiKey::AlterConfigs, &fbb, &[]);
+    served(&reply);
+    let r = flatbuffers::root::<wire::AlterConfigsResponse>(&reply.message)
+        .unwrap()
+        .unpack();
+    let results = r.results.unwrap_or_default().into_iter();
+    results
+        .map(|t| (t.resource_name, ErrorCode::from_u16(t.error_code)))
+        .collect()
+}
+
+fn named(expected: &[(&str, ErrorCode)]) -> ResourceCodes {
+    let each = expected.iter().map(|(t, code)| (t.to_string(), *code));
+    each.collect()
+}
+
+/// CreatePartitions, DescribeConfigs and AlterConfigs answer per resource too: a topic the
+/// principal may not alter or describe gets `TopicAuthorizationFailed`, broker configs without
+/// the cluster's DescribeConfigs `ClusterAuthorizationFailed`, and the others are served.
+#[test]
+fn admin_requests_answer_per_resource() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker(dir.path());
+    let mut c = RawClient::connect(broker.addr());
+    assert_eq!(c.create_topic("app.a", 1, &[]), ErrorCode::None);
+    assert_eq!(c.create_topic("secret", 1, &[]), ErrorCode::None);
+    let ok = ErrorCode::None;
+
+    let answers = create_partitions(&mut c, &["app.a", "secret"], 2);
+    assert_eq!(answers, named(&[("app.a", ok), ("secret", REFUSED)]));
+    assert_eq!(c.placement("app.a").1.len(), 2, "app.a grew");
+    assert_eq!(c.placement("secret").1.len(), 1, "secret did not");
+
+    let answers = alter_retention(&mut c, &["secret", "app.a"], "3600000");
+    assert_eq!(answers, named(&[("secret", REFUSED), ("app.a", ok)]));
+
+    let topic = wire::ConfigResourceType::Topic;
+    let broker_configs = wire::ConfigResourceType::Broker;
+    let resources = [(topic, "app.a"), (topic, "secret"), (broker_configs, "0")];
+    let (answers, retention) = describe_configs(&mut c, &resources);
+    let cluster = ErrorCode::ClusterAuthorizationFailed;
+    let expected = [("app.a", ok), ("secret", REFUSED), ("0", cluster)];
+    assert_eq!(answers, named(&expected));
+    assert_eq!(retention, [Some("3600000".to_string()), None, None]);
+
+    let count = |api| topic_refusals(&broker, api);
+    for api in ["CreatePartitions", "AlterConfigs", "DescribeConfigs"] {
+        assert_eq!(count(api), 1, "{api}: one refused topic");
+    }
+}

@@ -4,11 +4,11 @@
 //! carrying `TopicAuthorizationFailed`, `GroupAuthorizationFailed` or
 //! `ClusterAuthorizationFailed` for the first resource refused.
 //!
-//! Where Kafka answers per topic, so does Borges: the handlers of Produce, Fetch, ListOffsets,
-//! OffsetForLeaderEpoch (a client's), OffsetCommit (its topics; the group is checked here),
-//! CreateTopics and DeleteTopics check each topic with a [`TopicGate`] (or [`allowed`]) while
-//! they parse, answer a refused topic's partitions `TopicAuthorizationFailed` and serve the
-//! others. Metadata and ListGroups are not refused: their handlers leave out what the principal
+//! Where Kafka answers per resource, so does Borges: the handlers of Produce, Fetch,
+//! ListOffsets, OffsetForLeaderEpoch (a client's), OffsetCommit (its topics; the group is
+//! checked here), CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
+//! AlterConfigs check each resource with a [`TopicGate`] (or [`allowed`]) while they parse,
+//! answer a refused one with its refusal and serve the others. Metadata and ListGroups are not refused: their handlers leave out what the principal
 //! may not describe ([`may_describe_topic`], [`may_describe_group`]); so does OffsetFetch's
 //! handler with the topics of the group's offsets.
 
@@ -201,33 +201,23 @@ fn replica_needs(replica_id: i32) -> Vec<Need<'static>> {
 }
 
 fn admin_needs(api: ApiKey, message: &[u8]) -> Result<Vec<Need<'_>>, Failure> {
-    use Operation::*;
     Ok(match api {
-        // Checked per topic by their handler (handlers/admin.rs), as Kafka: a topic refused is
-        // answered TopicAuthorizationFailed and the others are served.
-        ApiKey::CreateTopics | ApiKey::DeleteTopics => Vec::new(),
-        ApiKey::CreatePartitions => {
-            let r = wire::verify::<m::CreatePartitionsRequest>(message)?;
-            let t = r.topics().into_iter().flatten();
-            t.map(|t| Need::Topic(Alter, t.name())).collect()
-        }
-        ApiKey::DescribeConfigs => {
-            let r = wire::verify::<m::DescribeConfigsRequest>(message)?;
-            let each = r.resources().into_iter().flatten();
-            each.map(|c| config_need(DescribeConfigs, c.resource_type(), c.resource_name()))
-                .collect()
-        }
-        ApiKey::AlterConfigs => {
-            let r = wire::verify::<m::AlterConfigsRequest>(message)?;
-            let each = r.resources().into_iter().flatten();
-            each.map(|c| config_need(AlterConfigs, c.resource_type(), c.resource_name()))
-                .collect()
-        }
+        // Checked per resource by their handlers (handlers/admin.rs), as Kafka: a resource
+        // refused is answered with its refusal and the others are served. CreateTopics:
+        // Create; DeleteTopics: Delete; CreatePartitions: Alter; DescribeConfigs and
+        // AlterConfigs: DescribeConfigs / AlterConfigs on the topic ([`config_need`]).
+        ApiKey::CreateTopics
+        | ApiKey::DeleteTopics
+        | ApiKey::CreatePartitions
+        | ApiKey::DescribeConfigs
+        | ApiKey::AlterConfigs => Vec::new(),
         _ => return group_needs(api, message),
     })
 }
 
-fn config_need(op: Operation, kind: m::ConfigResourceType, name: &str) -> Need<'_> {
+/// What `op` (DescribeConfigs, AlterConfigs) on a config resource needs: the operation on the
+/// topic, or on the cluster for broker configs.
+pub fn config_need(op: Operation, kind: m::ConfigResourceType, name: &str) -> Need<'_> {
     match kind {
         m::ConfigResourceType::Topic => Need::Topic(op, name),
         _ => Need::Cluster(op),
@@ -331,6 +321,10 @@ mod tests {
         );
     }
 
+    fn broker_kind() -> m::ConfigResourceType {
+        m::ConfigResourceType::Broker
+    }
+
     #[test]
     fn groups_and_broker_configs() {
         use Operation::*;
@@ -351,10 +345,16 @@ mod tests {
         let configs = finish(|fbb| c.pack(fbb).as_union_value());
         assert_eq!(
             needs(ApiKey::DescribeConfigs, &configs).unwrap(),
-            vec![
-                Need::Cluster(DescribeConfigs),
-                Need::Topic(DescribeConfigs, "t")
-            ]
+            vec![],
+            "checked per resource by the handler"
+        );
+        assert_eq!(
+            config_need(DescribeConfigs, broker_kind(), "1"),
+            Need::Cluster(DescribeConfigs)
+        );
+        assert_eq!(
+            config_need(AlterConfigs, m::ConfigResourceType::Topic, "t"),
+            Need::Topic(AlterConfigs, "t")
         );
         for api in ApiKey::ALL {
             let empty = finish(|fbb| {

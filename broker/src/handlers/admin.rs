@@ -1,7 +1,8 @@
 //! Administrative APIs: CreateTopics, DeleteTopics, AlterConfigs and CreatePartitions go to the
-//! controller (core 0); DescribeConfigs is answered from this core's metadata. CreateTopics and
-//! DeleteTopics check each topic against the ACLs here, on the connection's core: a topic
-//! refused is answered `TopicAuthorizationFailed` and only the others go to the controller.
+//! controller (core 0); DescribeConfigs is answered from this core's metadata. Each checks its
+//! resources against the ACLs here, on the connection's core, as Kafka does: a resource refused
+//! is answered with its refusal (`TopicAuthorizationFailed`, or `ClusterAuthorizationFailed`
+//! for broker configs) and only the others are served.
 
 use std::rc::Rc;
 
@@ -12,6 +13,7 @@ use borges_replication::controller::{ConfigOp, ControllerRequest, NewTopic, Topi
 use flatbuffers::FlatBufferBuilder;
 
 use crate::acl::check::{self as acl_check, Need};
+use crate::acl::Authorizer;
 use crate::failure::Failure;
 use crate::shard::Shard;
 use crate::topic_config::{self, ConfigSource};
@@ -29,8 +31,8 @@ pub async fn controller_request(
     Some(match api {
         ApiKey::CreateTopics => create_topics(&shard, &header, &frame, from).await,
         ApiKey::DeleteTopics => delete_topics(&shard, &header, &frame, from).await,
-        ApiKey::AlterConfigs => alter_configs(&shard, &header, &frame).await,
-        _ => create_partitions(&shard, &header, &frame).await,
+        ApiKey::AlterConfigs => alter_configs(&shard, &header, &frame, from).await,
+        _ => create_partitions(&shard, &header, &frame, from).await,
     })
 }
 
@@ -62,8 +64,8 @@ fn request_failed(header: &FrameHeader, api: ApiKey, f: &Failure) -> w::Response
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
-/// Per topic of a CreateTopics or DeleteTopics request (in request order), its refusal by the
-/// authorizer, if any; each refusal is counted.
+/// Per topic of a CreateTopics, DeleteTopics or CreatePartitions request (in request order),
+/// its refusal by the authorizer, if any; each refusal is counted.
 fn refusals<'a>(
     shard: &Shard,
     principal: &str,
@@ -73,15 +75,28 @@ fn refusals<'a>(
     let authorizer = shard.authorizer();
     let need = |name| match api {
         ApiKey::CreateTopics => Need::CreateTopic(name),
+        ApiKey::CreatePartitions => Need::Topic(Operation::Alter, name),
         _ => Need::Topic(Operation::Delete, name),
     };
-    let refused = |name| acl_check::allowed(&authorizer, principal, &need(name)).err();
-    let out: Vec<_> = names.map(refused).collect();
-    for _ in out.iter().flatten() {
-        let topic = borges_protocol::acl::ResourceType::Topic;
-        shard.metrics().count_authorization_failure(api, topic);
+    names
+        .map(|name| refusal(shard, &authorizer, principal, api, &need(name)))
+        .collect()
+}
+
+/// The authorizer's refusal of `need` to `principal` in an `api` request, if any; counted under
+/// the resource type refused.
+fn refusal(
+    shard: &Shard,
+    authorizer: &Authorizer,
+    principal: &str,
+    api: ApiKey,
+    need: &Need<'_>,
+) -> Option<Failure> {
+    let refused = acl_check::allowed(authorizer, principal, need).err()?;
+    if let Some(resource) = acl_check::refused_resource(refused.code) {
+        shard.metrics().count_authorization_failure(api, resource);
     }
-    out
+    Some(refused)
 }
 
 /// The answers in request order: each refusal, else the controller's next result.
@@ -295,20 +310,27 @@ async fn delete_topics(
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
-type AlterParsed = (
-    Vec<(
-        wire::ConfigResourceType,
-        String,
-        Result<Vec<ConfigOp>, Failure>,
-    )>,
-    bool,
+/// One AlterConfigs resource: its type, its name, and its operations or why it is refused.
+type AlterResource = (
+    wire::ConfigResourceType,
+    String,
+    Result<Vec<ConfigOp>, Failure>,
 );
+type AlterParsed = (Vec<AlterResource>, bool);
 
-fn parse_alter(frame: &Frame) -> Result<AlterParsed, Failure> {
+/// The request's resources with their operations, or why each is refused (by the ACLs of
+/// `principal` first).
+fn parse_alter(shard: &Shard, frame: &Frame, principal: &str) -> Result<AlterParsed, Failure> {
     let req = w::verify::<wire::AlterConfigsRequest>(&frame.message)?;
+    let authorizer = shard.authorizer();
     let mut out = Vec::new();
     for r in req.resources().iter().flatten() {
-        let ops = if r.resource_type() != wire::ConfigResourceType::Topic {
+        let (kind, name) = (r.resource_type(), r.resource_name());
+        let need = acl_check::config_need(Operation::AlterConfigs, kind, name);
+        let refused = refusal(shard, &authorizer, principal, ApiKey::AlterConfigs, &need);
+        let ops = if let Some(f) = refused {
+            Err(f)
+        } else if r.resource_type() != wire::ConfigResourceType::Topic {
             Err(Failure::new(
                 ErrorCode::InvalidRequest,
                 "only topic configs can be altered; broker settings live in the config file",
@@ -340,8 +362,13 @@ fn parse_alter(frame: &Frame) -> Result<AlterParsed, Failure> {
     Ok((out, req.validate_only()))
 }
 
-async fn alter_configs(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
-    let (resources, validate_only) = match parse_alter(frame) {
+async fn alter_configs(
+    shard: &Rc<Shard>,
+    header: &FrameHeader,
+    frame: &Frame,
+    principal: &str,
+) -> w::Response {
+    let (resources, validate_only) = match parse_alter(shard, frame, principal) {
         Ok(p) => p,
         Err(f) => return request_failed(header, ApiKey::AlterConfigs, &f),
     };
@@ -350,20 +377,33 @@ async fn alter_configs(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
         .filter_map(|(_, n, ops)| ops.as_ref().ok().map(|o| (n.clone(), o.clone())))
         .collect();
     let asked = valid.len();
-    let mut results = match shard
-        .controller(|reply| ControllerRequest::AlterConfigs {
-            resources: valid,
-            validate_only,
-            reply,
-        })
-        .await
-    {
+    let altered = match asked {
+        0 => Ok(Vec::new()),
+        _ => {
+            let request = |reply| ControllerRequest::AlterConfigs {
+                resources: valid,
+                validate_only,
+                reply,
+            };
+            shard.controller(request).await
+        }
+    };
+    let results = match altered {
         Ok(r) => {
             strict_assert_eq!(r.len(), asked, "one controller result per resource");
             r.into_iter()
         }
         Err(f) => return request_failed(header, ApiKey::AlterConfigs, &f),
     };
+    alter_configs_response(header, &resources, results)
+}
+
+/// The AlterConfigs answer: per resource its refusal, else the controller's next result.
+fn alter_configs_response(
+    header: &FrameHeader,
+    resources: &[AlterResource],
+    mut results: impl Iterator<Item = Result<(), Failure>>,
+) -> w::Response {
     let mut fbb = FlatBufferBuilder::with_capacity(256);
     let items: Vec<_> = resources
         .iter()
@@ -404,7 +444,12 @@ async fn alter_configs(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
-async fn create_partitions(shard: &Rc<Shard>, header: &FrameHeader, frame: &Frame) -> w::Response {
+async fn create_partitions(
+    shard: &Rc<Shard>,
+    header: &FrameHeader,
+    frame: &Frame,
+    principal: &str,
+) -> w::Response {
     let parsed = w::verify::<wire::CreatePartitionsRequest>(&frame.message).map(|req| {
         let topics: Vec<(String, i32)> = req
             .topics()
@@ -419,17 +464,35 @@ async fn create_partitions(shard: &Rc<Shard>, header: &FrameHeader, frame: &Fram
         Err(f) => return request_failed(header, ApiKey::CreatePartitions, &f),
     };
     let names: Vec<String> = topics.iter().map(|t| t.0.clone()).collect();
-    let results = match shard
-        .controller(|reply| ControllerRequest::CreatePartitions {
-            topics,
-            validate_only,
-            reply,
-        })
-        .await
-    {
-        Ok(r) => r,
-        Err(f) => return request_failed(header, ApiKey::CreatePartitions, &f),
+    let api = ApiKey::CreatePartitions;
+    let refused = refusals(shard, principal, api, names.iter().map(|n| &**n));
+    let mut allowed = refused.iter().map(Option::is_none);
+    let topics: Vec<(String, i32)> = (topics.into_iter())
+        .filter(|_| allowed.next() == Some(true))
+        .collect();
+    let served = match topics.is_empty() {
+        true => Ok(Vec::new()),
+        false => {
+            let request = |reply| ControllerRequest::CreatePartitions {
+                topics,
+                validate_only,
+                reply,
+            };
+            shard.controller(request).await
+        }
     };
+    let results = match served {
+        Ok(r) => merged(refused, r),
+        Err(f) => return request_failed(header, api, &f),
+    };
+    create_partitions_response(header, &names, &results)
+}
+
+fn create_partitions_response(
+    header: &FrameHeader,
+    names: &[String],
+    results: &[Result<(), Failure>],
+) -> w::Response {
     let mut fbb = FlatBufferBuilder::with_capacity(256);
     let items: Vec<_> = names
         .iter()
@@ -461,13 +524,45 @@ async fn create_partitions(shard: &Rc<Shard>, header: &FrameHeader, frame: &Fram
     w::response(header, fbb.finished_data(), Vec::new())
 }
 
-/// Serves DescribeConfigs from this core's metadata.
-pub async fn describe_configs(shard: Rc<Shard>, frame: Frame) -> Option<w::Response> {
+/// The effective configs of one DescribeConfigs resource, or why there are none.
+fn resource_configs(
+    shard: &Shard,
+    image: &crate::metadata::MetadataImage,
+    kind: wire::ConfigResourceType,
+    name: &str,
+) -> (Option<Failure>, Vec<(&'static str, String, ConfigSource)>) {
+    match kind {
+        wire::ConfigResourceType::Topic => match image.topics.get(name) {
+            Some(t) => (None, topic_config::effective(&t.configs, shard.config())),
+            None => (Some(crate::partition::unknown_topic(name)), Vec::new()),
+        },
+        wire::ConfigResourceType::Broker => (
+            None,
+            topic_config::effective(&Default::default(), shard.config()),
+        ),
+        _ => (
+            Some(Failure::new(
+                ErrorCode::InvalidRequest,
+                "unknown resource type",
+            )),
+            Vec::new(),
+        ),
+    }
+}
+
+/// Serves DescribeConfigs from this core's metadata; a resource `principal` may not describe
+/// is answered with its refusal.
+pub async fn describe_configs(
+    shard: Rc<Shard>,
+    frame: Frame,
+    principal: Rc<str>,
+) -> Option<w::Response> {
     let header = frame.header;
     let req = match w::verify::<wire::DescribeConfigsRequest>(&frame.message) {
         Ok(r) => r,
         Err(f) => return Some(request_failed(&header, ApiKey::DescribeConfigs, &f)),
     };
+    let authorizer = shard.authorizer();
     let image = shard.image();
     let include_docs = req.include_documentation();
     let mut fbb = FlatBufferBuilder::with_capacity(1024);
@@ -478,22 +573,12 @@ pub async fn describe_configs(shard: Rc<Shard>, frame: Frame) -> Option<w::Respo
             .config_names()
             .map(|v| v.iter().map(str::to_string).collect())
             .filter(|v: &Vec<String>| !v.is_empty());
-        let (failure, entries) = match r.resource_type() {
-            wire::ConfigResourceType::Topic => match image.topics.get(&name) {
-                Some(t) => (None, topic_config::effective(&t.configs, shard.config())),
-                None => (Some(crate::partition::unknown_topic(&name)), Vec::new()),
-            },
-            wire::ConfigResourceType::Broker => (
-                None,
-                topic_config::effective(&Default::default(), shard.config()),
-            ),
-            _ => (
-                Some(Failure::new(
-                    ErrorCode::InvalidRequest,
-                    "unknown resource type",
-                )),
-                Vec::new(),
-            ),
+        let need = acl_check::config_need(Operation::DescribeConfigs, r.resource_type(), &name);
+        let api = ApiKey::DescribeConfigs;
+        let refused = refusal(&shard, &authorizer, &principal, api, &need);
+        let (failure, entries) = match refused {
+            Some(f) => (Some(f), Vec::new()),
+            None => resource_configs(&shard, &image, r.resource_type(), &name),
         };
         let broker = r.resource_type() == wire::ConfigResourceType::Broker;
         let entries: Vec<_> = entries

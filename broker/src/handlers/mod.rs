@@ -55,7 +55,10 @@ pub async fn handle(
         ApiKey::ListOffsets => Box::pin(offsets::handle(shard.clone(), frame, principal.clone())),
         ApiKey::ApiVersions => Box::pin(metadata::api_versions(shard.clone(), frame)),
         ApiKey::Metadata => Box::pin(metadata::metadata(shard.clone(), frame, principal.clone())),
-        ApiKey::DescribeConfigs => Box::pin(admin::describe_configs(shard.clone(), frame)),
+        ApiKey::DescribeConfigs => {
+            let principal = principal.clone();
+            Box::pin(admin::describe_configs(shard.clone(), frame, principal))
+        }
         ApiKey::CreateTopics
         | ApiKey::DeleteTopics
         | ApiKey::AlterConfigs
