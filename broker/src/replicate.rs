@@ -201,7 +201,7 @@ async fn fetch_once(
     if conn.as_ref().is_none_or(|c| c.addr != addr) {
         let mut c = LeaderConnection::connect(addr, &ctx.settings, ctx.tls.as_deref()).await?;
         if let Some(user) = ctx.sasl.as_ref().and_then(|s| s.inter_broker()) {
-            c.authenticate(user, &ctx.settings).await?;
+            c.authenticate(&user, &ctx.settings).await?;
         }
         *conn = Some(c);
     }

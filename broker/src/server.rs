@@ -216,6 +216,21 @@ async fn reload_tls(shared: &Shared) {
     }
 }
 
+/// Re-reads the inter-broker password file after a SIGHUP: follower fetches use the new
+/// password from their next connection on. A file that cannot be used keeps the old one.
+async fn reload_inter_broker(shared: &Shared) {
+    let Some(sasl) = shared.sasl.clone() else {
+        return;
+    };
+    match task::spawn_blocking(move || sasl.reload_inter_broker()).await {
+        Ok(true) => tracing::info!("SIGHUP: inter-broker password reloaded"),
+        Ok(false) => {}
+        Err(e) => tracing::error!(
+            "SIGHUP: inter-broker password reload failed, the previous password stays: {e}"
+        ),
+    }
+}
+
 /// How often core 0 checks whether the SASL credentials file changed.
 const CREDENTIALS_CHECK_INTERVAL_MS: u64 = 1_000;
 
@@ -416,6 +431,7 @@ async fn orchestrate(shard: &Rc<Shard>, shared: &Shared) -> Result<(), BrokerErr
             if shared.reload.swap(false, Ordering::SeqCst) {
                 reload_tls(shared).await;
                 reload_credentials(shared, true).await;
+                reload_inter_broker(shared).await;
             }
             if credentials_checked.elapsed() >= Duration::from_millis(CREDENTIALS_CHECK_INTERVAL_MS)
             {

@@ -127,8 +127,8 @@ pub struct Sasl {
     modified: Mutex<Option<SystemTime>>,
     /// Key of the stand-in salts of unknown users (random per process).
     unknown_user_key: [u8; 32],
-    /// Who this broker's follower fetches authenticate as.
-    inter_broker: Option<InterBrokerUser>,
+    /// Who this broker's follower fetches authenticate as; its password is re-read on SIGHUP.
+    inter_broker: RwLock<Option<InterBrokerUser>>,
 }
 
 impl Sasl {
@@ -147,7 +147,7 @@ impl Sasl {
             }),
             modified: Mutex::new(None),
             unknown_user_key,
-            inter_broker: read_inter_broker(settings)?,
+            inter_broker: RwLock::new(read_inter_broker(settings)?),
         };
         sasl.reload()?;
         Ok(sasl)
@@ -252,9 +252,32 @@ impl Sasl {
         &self.settings
     }
 
-    /// The user follower fetches authenticate as, when set.
-    pub fn inter_broker(&self) -> Option<&InterBrokerUser> {
-        self.inter_broker.as_ref()
+    /// The user follower fetches authenticate as, when set (read when a fetcher connects, so
+    /// a reloaded password is used from the next connection on).
+    pub fn inter_broker(&self) -> Option<InterBrokerUser> {
+        match self.inter_broker.read() {
+            Ok(u) => u.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Re-reads `sasl.inter_broker_password_file` (on SIGHUP): `Ok(true)` when the password
+    /// changed, `Ok(false)` when it is the same or no inter-broker user is set. A file that
+    /// cannot be used keeps the password in force. Blocking: run it off the cores' executors.
+    pub fn reload_inter_broker(&self) -> Result<bool, file::CredentialsError> {
+        let read = read_inter_broker(&self.settings)?;
+        let mut in_force = match self.inter_broker.write() {
+            Ok(u) => u,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let changed = match (&*in_force, &read) {
+            (Some(old), Some(new)) => old.password != new.password,
+            _ => false,
+        };
+        if changed {
+            *in_force = read;
+        }
+        Ok(changed)
     }
 }
 
@@ -607,5 +630,33 @@ mod tests {
         assert!(sasl.lookup("carol", sha256).is_some());
         assert!(sasl.install_from_metadata(9, Vec::new()));
         assert_eq!((sasl.users(), sasl.metadata_generation()), (0, 9));
+    }
+
+    /// SIGHUP re-reads the inter-broker password: a new one is in force for the next
+    /// connection; an unreadable or empty file keeps the one in force.
+    #[test]
+    fn the_inter_broker_password_is_reloaded_and_a_bad_file_keeps_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let password_file = dir.path().join("broker.pw");
+        std::fs::write(&password_file, "first\n").unwrap();
+        let settings = SaslSettings {
+            mechanisms: vec!["SCRAM-SHA-256".into()],
+            inter_broker_username: Some("broker".into()),
+            inter_broker_password_file: Some(password_file.clone()),
+            ..SaslSettings::default()
+        };
+        file::write(&settings.credentials_path(dir.path()), &[]).unwrap();
+        let sasl = Sasl::load(&settings, dir.path()).unwrap();
+        let password = || sasl.inter_broker().map(|u| u.password);
+        assert_eq!(password().as_deref(), Some("first"));
+        assert!(!sasl.reload_inter_broker().unwrap(), "unchanged");
+        std::fs::write(&password_file, "second\n").unwrap();
+        assert!(sasl.reload_inter_broker().unwrap());
+        assert_eq!(password().as_deref(), Some("second"));
+        std::fs::write(&password_file, "\n").unwrap();
+        assert!(sasl.reload_inter_broker().is_err(), "an empty first line");
+        std::fs::remove_file(&password_file).unwrap();
+        assert!(sasl.reload_inter_broker().is_err(), "no file");
+        assert_eq!(password().as_deref(), Some("second"), "the old one stays");
     }
 }
