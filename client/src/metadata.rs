@@ -57,11 +57,15 @@ impl TopicMeta {
 
     /// Partitions that have a leader now (the sticky partitioner picks among these).
     pub fn available_partitions(&self) -> Vec<u32> {
-        self.partitions
+        let mut available: Vec<u32> = self
+            .partitions
             .iter()
             .filter(|p| p.info.leader >= 0 && p.error == ErrorCode::None)
             .map(|p| p.info.partition as u32)
-            .collect()
+            .collect();
+        // Ascending, so that the sticky partitioner finds its partition by binary search.
+        available.sort_unstable();
+        available
     }
 }
 

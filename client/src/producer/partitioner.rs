@@ -29,8 +29,10 @@ impl StickyPartitioner {
     }
 
     /// The partition for a keyless record of `record_size_bytes`. `available` lists the
-    /// partitions with a leader (may be empty: then every partition of `partition_count` is a
-    /// candidate).
+    /// partitions with a leader, ascending (may be empty: then every partition of
+    /// `partition_count` is a candidate). Called once per record: the current partition is
+    /// looked up by binary search (a linear scan cost 10,000 comparisons per record at 10,000
+    /// partitions).
     pub fn next(
         &mut self,
         available: &[u32],
@@ -38,8 +40,9 @@ impl StickyPartitioner {
         record_size_bytes: usize,
         batch_size_bytes: usize,
     ) -> u32 {
+        debug_assert!(available.is_sorted(), "available partitions are ascending");
         let stale = self.current.is_none_or(|p| {
-            p >= partition_count || (!available.is_empty() && !available.contains(&p))
+            p >= partition_count || (!available.is_empty() && available.binary_search(&p).is_err())
         });
         if stale || self.bytes_since_switch >= batch_size_bytes {
             self.switch(available, partition_count);
