@@ -22,7 +22,7 @@ use borges_client::{
     Acks, Admin, ClientConfig, Compression, Consumer, ConsumerConfig, DeliveryFuture, NewTopic,
     Offset, OffsetReset, Producer, ProducerConfig, ProducerRecord, TopicPartition,
 };
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::runtime::Handle;
 
 use super::{
@@ -188,6 +188,8 @@ impl Driver for BorgesDriver {
             runtime: self.runtime.clone(),
             acks: AckQueues::new(stats),
             topics: HashMap::new(),
+            last_topic: None,
+            arena: BytesMut::new(),
         }))
     }
 
@@ -282,6 +284,11 @@ struct AckQueues {
     next_collect_ns: u64,
     /// One instant and the same moment on [`now_ns`]'s clock, to convert SDK instants.
     base: (Instant, u64),
+    /// The last completion instant converted, and its value: the records of one batch share
+    /// their completion instant, so it is converted once per batch.
+    last_completed: Option<(Instant, u64)>,
+    /// The successful acknowledgements of one collection, recorded together.
+    acked: Vec<(SendToken, u64)>,
 }
 
 impl AckQueues {
@@ -292,6 +299,8 @@ impl AckQueues {
             outstanding: 0,
             next_collect_ns: 0,
             base: (Instant::now(), now_ns()),
+            last_completed: None,
+            acked: Vec::new(),
         }
     }
 
@@ -314,22 +323,34 @@ impl AckQueues {
     }
 
     /// Records every completed acknowledgement (queue fronts first: a partition's batches
-    /// complete in order).
+    /// complete in order). A front whose batch has no outcome yet is not polled (polling a
+    /// pending future registers its waker under a lock).
     fn collect(&mut self) {
         let mut cx = Context::from_waker(Waker::noop());
         for q in &mut self.queues {
             while let Some(front) = q.front_mut() {
+                let Some(completed) = front.delivery.completed_at() else {
+                    break;
+                };
                 let Poll::Ready(result) = Pin::new(&mut front.delivery).poll(&mut cx) else {
                     break;
                 };
-                let acked_ns = ns_of(self.base, front.delivery.completed_at());
+                let acked_ns = match self.last_completed {
+                    Some((at, ns)) if at == completed => ns,
+                    _ => ns_of(self.base, Some(completed)),
+                };
+                self.last_completed = Some((completed, acked_ns));
                 let token = front.token;
                 q.pop_front();
                 self.outstanding -= 1;
-                self.stats
-                    .on_ack(token, acked_ns, result.err().map(|e| e.to_string()));
+                match result {
+                    Ok(_) => self.acked.push((token, acked_ns)),
+                    Err(e) => self.stats.on_ack(token, acked_ns, Some(e.to_string())),
+                }
             }
         }
+        self.stats.on_acks(&self.acked);
+        self.acked.clear();
     }
 }
 
@@ -347,16 +368,41 @@ struct BorgesProducer {
     runtime: Handle,
     acks: AckQueues,
     topics: HashMap<String, Arc<str>>,
+    /// The last topic sent to (a producer thread sends to one topic; no hash per record).
+    last_topic: Option<Arc<str>>,
+    /// Where record values are copied to: each value is a slice of it (`Bytes` sharing the
+    /// arena), so a record costs no allocation; a new arena is taken when this one is full
+    /// and the old one is freed when the SDK dropped its last value (right after encoding).
+    arena: BytesMut,
 }
+
+/// Bytes of one value arena of [`BorgesProducer`].
+const VALUE_ARENA_BYTES: usize = 1 << 20;
 
 impl BorgesProducer {
     fn topic(&mut self, name: &str) -> Arc<str> {
-        if let Some(t) = self.topics.get(name) {
+        if let Some(t) = self.last_topic.as_ref().filter(|t| ***t == *name) {
             return t.clone();
         }
-        let t: Arc<str> = Arc::from(name);
-        self.topics.insert(name.to_string(), t.clone());
+        let t = match self.topics.get(name) {
+            Some(t) => t.clone(),
+            None => {
+                let t: Arc<str> = Arc::from(name);
+                self.topics.insert(name.to_string(), t.clone());
+                t
+            }
+        };
+        self.last_topic = Some(t.clone());
         t
+    }
+
+    /// `bytes` copied into the value arena.
+    fn copy(&mut self, bytes: &[u8]) -> Bytes {
+        if self.arena.capacity() - self.arena.len() < bytes.len() {
+            self.arena = BytesMut::with_capacity(VALUE_ARENA_BYTES.max(bytes.len()));
+        }
+        self.arena.extend_from_slice(bytes);
+        self.arena.split().freeze()
     }
 
     /// `Producer::send`, polled once in the runtime's context: with buffer memory free and the
@@ -376,10 +422,10 @@ impl BorgesProducer {
 
 impl ProducerDriver for BorgesProducer {
     fn send(&mut self, record: OutRecord<'_>, token: SendToken) -> Result<()> {
-        let mut rec = ProducerRecord::new(self.topic(record.topic))
-            .value(Bytes::copy_from_slice(record.value));
+        let topic = self.topic(record.topic);
+        let mut rec = ProducerRecord::new(topic).value(self.copy(record.value));
         if let Some(k) = record.key {
-            rec = rec.key(Bytes::copy_from_slice(k));
+            rec = rec.key(self.copy(k));
         }
         let delivery = self.send_now(rec).map_err(err)?;
         self.acks.push(Pending { delivery, token });
