@@ -1023,10 +1023,20 @@ impl Consumer {
             }
             Err(e) => return Err(e),
         };
+        // Every partition is handled before a partition's error is returned, so the records
+        // of the others are buffered (the next poll returns them) rather than fetched again:
+        // one refused partition (TopicAuthorizationFailed, ...) does not stall the rest.
+        let mut first_error = None;
         for topic in response.topics.unwrap_or_default() {
             for p in topic.partitions.unwrap_or_default() {
-                self.handle_partition(&done.sent, &topic.name, p, &payload)?;
+                let handled = self.handle_partition(&done.sent, &topic.name, p, &payload);
+                if let Err(e) = handled {
+                    first_error.get_or_insert(e);
+                }
             }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
         }
         Ok(())
     }

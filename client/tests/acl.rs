@@ -600,3 +600,59 @@ async fn create_and_delete_topics_answer_per_topic() {
     assert_eq!(codes, [topic, None], "{deleted:?}");
     assert_eq!(admin.list_topics().await.unwrap(), ["other"]);
 }
+
+/// A consumer assigned a topic it may read and one it may only describe, fetched in one
+/// request (one connection): the broker answers the second `TopicAuthorizationFailed` and
+/// serves the first (per topic, as Kafka), and the SDK buffers the first's records before it
+/// returns the refusal, so they reach the application although the refused partition comes
+/// first in every response ("a.secret" sorts before "app.x").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_partition_does_not_stall_the_others_of_a_fetch() {
+    let (broker, admin) = broker_with_topics(&[("app.x", 1), ("a.secret", 1)]).await;
+    let mut all = acl("User:alice", Operation::All, "app.", Permission::Allow);
+    all.pattern = PatternType::Prefixed;
+    let describe = acl(
+        "User:alice",
+        Operation::Describe,
+        "a.secret",
+        Permission::Allow,
+    );
+    admin.create_acls(&[all, describe]).await.unwrap();
+    let p = producer(&broker, "admin", false).await;
+    for topic in ["app.x", "a.secret"] {
+        for i in 0..3 {
+            produce(&p, topic, &format!("{topic}-{i}")).await.unwrap();
+        }
+    }
+    let settings = ConsumerConfig {
+        auto_offset_reset: OffsetReset::Earliest,
+        ..ConsumerConfig::default()
+    };
+    let one_connection = config(&broker, "alice").shard_aware(false);
+    let mut c = Consumer::new(one_connection, settings).await.unwrap();
+    let assigned = [
+        TopicPartition::new("a.secret", 0),
+        TopicPartition::new("app.x", 0),
+    ];
+    c.assign(assigned.to_vec()).await.unwrap();
+    let (mut values, mut refusals) = (Vec::new(), 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while values.len() < 3 && Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)).await {
+            Ok(records) => values.extend(records.into_iter().map(|r| {
+                let v = r.value.unwrap_or_default();
+                (
+                    r.topic.to_string(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                )
+            })),
+            Err(e) if code_of(&e) == Some(ErrorCode::TopicAuthorizationFailed) => refusals += 1,
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    let expected: Vec<_> = (0..3)
+        .map(|i| ("app.x".to_string(), format!("app.x-{i}")))
+        .collect();
+    assert_eq!(values, expected, "app.x's records, and nothing of a.secret");
+    assert!(refusals > 0, "a.secret was refused");
+}

@@ -8,9 +8,10 @@
 //! ListOffsets, OffsetForLeaderEpoch (a client's), OffsetCommit (its topics; the group is
 //! checked here), CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
 //! AlterConfigs check each resource with a [`TopicGate`] (or [`allowed`]) while they parse,
-//! answer a refused one with its refusal and serve the others. Metadata and ListGroups are not refused: their handlers leave out what the principal
-//! may not describe ([`may_describe_topic`], [`may_describe_group`]); so does OffsetFetch's
-//! handler with the topics of the group's offsets.
+//! answer a refused one with its refusal and serve the others. Metadata and ListGroups are
+//! not refused: their handlers leave out what the principal may not describe
+//! ([`may_describe_topic`], [`may_describe_group`]); so does OffsetFetch's handler with the
+//! topics of the group's offsets.
 
 use borges_protocol::acl::{Operation, ResourceType};
 use borges_protocol::{wire as m, ApiKey, ErrorCode};
