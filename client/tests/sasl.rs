@@ -676,3 +676,41 @@ fn a_connection_that_never_authenticates_is_closed_after_the_timeout() {
     assert_eq!(later.login("alice", ALICE_PASSWORD).2, ErrorCode::None);
     assert_eq!(later.metadata(), None);
 }
+
+/// Deleting a user cuts its open connections too, not only its next logins: a connection
+/// authenticated as alice is answered SaslAuthenticationFailed at its first request after the
+/// broker read the file without her, and closed; bob's connection goes on.
+#[test]
+fn a_deleted_users_open_connection_is_closed_at_its_next_request() {
+    let broker = sasl_broker();
+    create_users(&broker);
+    wait_until_alice_logs_in(&broker);
+    let mut alice = Raw::connect(&broker);
+    assert_eq!(alice.login("alice", ALICE_PASSWORD).2, ErrorCode::None);
+    assert_eq!(alice.metadata(), None, "alice is served");
+    let mut bob = Raw::connect(&broker);
+    assert_eq!(bob.handshake("SCRAM-SHA-512").0, 0);
+    let mut c = ScramClient::new(
+        Mechanism::ScramSha512,
+        "bob",
+        BOB_PASSWORD.as_bytes(),
+        scram::random_nonce(),
+    );
+    let (code, _, server_first) = bob.authenticate(&c.client_first().unwrap());
+    assert_eq!(code, ErrorCode::None);
+    let last = c.server_first(&server_first).unwrap();
+    assert_eq!(bob.authenticate(&last).0, ErrorCode::None);
+    user(broker.data_dir(), &["delete", "alice"], "");
+    // Core 0 re-reads the file within a second of its change; until then alice is served.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match alice.metadata() {
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            None => panic!("alice's connection is still served after `borges user delete`"),
+            Some(code) => break code,
+        }
+    };
+    assert_eq!(refused, ErrorCode::SaslAuthenticationFailed);
+    assert!(alice.closed(), "the connection is closed after the refusal");
+    assert_eq!(bob.metadata(), None, "bob's connection goes on");
+}

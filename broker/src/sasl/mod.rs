@@ -19,6 +19,7 @@ pub mod users;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
@@ -129,6 +130,9 @@ pub struct Sasl {
     unknown_user_key: [u8; 32],
     /// Who this broker's follower fetches authenticate as; its password is re-read on SIGHUP.
     inter_broker: RwLock<Option<InterBrokerUser>>,
+    /// Bumped whenever the credentials in force are replaced: an authenticated connection
+    /// checks its user's credential again at its next request when this moved.
+    changes: AtomicU64,
 }
 
 impl Sasl {
@@ -148,6 +152,7 @@ impl Sasl {
             modified: Mutex::new(None),
             unknown_user_key,
             inter_broker: RwLock::new(read_inter_broker(settings)?),
+            changes: AtomicU64::new(0),
         };
         sasl.reload()?;
         Ok(sasl)
@@ -194,7 +199,13 @@ impl Sasl {
             return false;
         }
         *in_force = InForce { generation, users };
+        self.changes.fetch_add(1, Ordering::Release);
         true
+    }
+
+    /// How many times the credentials in force were replaced.
+    fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     fn modified_now(&self) -> Option<SystemTime> {
@@ -225,6 +236,7 @@ impl Sasl {
             return Ok(in_force.users.len());
         }
         in_force.users = Arc::new(users);
+        self.changes.fetch_add(1, Ordering::Release);
         Ok(count)
     }
 
@@ -286,10 +298,25 @@ enum State {
     Start,
     /// Handshake done; waiting for the first SaslAuthenticate.
     Handshaken(Mechanism),
-    /// Server-first sent; waiting for client-final.
-    Exchanging(Box<ScramServer>),
-    /// Authenticated as this user.
-    Authenticated(String),
+    /// Server-first sent; waiting for client-final. The credential the exchange uses (none:
+    /// an unknown user, whose exchange fails) and the credentials' change count when it was
+    /// looked up.
+    Exchanging(Box<ScramServer>, Option<Credential>, u64),
+    /// Authenticated.
+    Authenticated(Box<Session>),
+}
+
+/// One SaslAuthenticate step done: the server message to answer with and, after the last
+/// step, the user with the credential it proved and the credentials' change count then.
+type Step = (Vec<u8>, Option<(String, Option<Credential>, u64)>);
+
+/// An authenticated connection's user and the credential it proved; the connection is closed
+/// at its next request once that credential is deleted or replaced.
+struct Session {
+    user: String,
+    credential: Credential,
+    /// `Sasl::changes` when the credential was last found current.
+    checked_at_change: u64,
 }
 
 /// What the connection does with a frame.
@@ -332,9 +359,29 @@ impl Authenticator {
     /// The authenticated user.
     pub fn user(&self) -> Option<&str> {
         match &self.state {
-            State::Authenticated(u) => Some(u),
+            State::Authenticated(session) => Some(&session.user),
             _ => None,
         }
+    }
+
+    /// Whether the authenticated user's credential is still the one it proved (a connection
+    /// whose user was deleted, or whose password changed, must not go on). One atomic load per
+    /// request while the credentials have not changed.
+    fn credential_current(&mut self) -> bool {
+        let State::Authenticated(session) = &mut self.state else {
+            return false;
+        };
+        let changes = self.sasl.changes();
+        if changes == session.checked_at_change {
+            return true;
+        }
+        let mechanism = session.credential.mechanism;
+        let current = self.sasl.lookup(&session.user, mechanism);
+        if current.as_ref() != Some(&session.credential) {
+            return false;
+        }
+        session.checked_at_change = changes;
+        true
     }
 
     /// Decides what to do with `frame`; the outcome says whether it authenticated or failed.
@@ -353,7 +400,19 @@ impl Authenticator {
                     Outcome::None,
                 )
             }
-            (_, true) => (Gate::Pass, Outcome::None),
+            (_, true) if self.credential_current() => (Gate::Pass, Outcome::None),
+            (_, true) => {
+                let user = self.user().unwrap_or_default().to_string();
+                let failure = Failure::new(
+                    ErrorCode::SaslAuthenticationFailed,
+                    format!(
+                        "the credential user {user:?} authenticated with was deleted or \
+                         replaced; connect and authenticate again"
+                    ),
+                );
+                let response = wire::error_response(header, &failure).then_close();
+                (Gate::Answer(response), Outcome::Failed(failure.to_string()))
+            }
             (Some(ApiKey::SaslHandshake), false) => self.handshake(frame),
             (Some(ApiKey::SaslAuthenticate), false) => self.authenticate(frame),
             (_, false) => {
@@ -479,15 +538,20 @@ impl Authenticator {
                     self.sasl.unknown_user_key,
                 ));
                 let sasl = &self.sasl;
-                let answer = server.client_first(bytes, |name| sasl.lookup(name, mechanism));
+                let changes = sasl.changes();
+                let mut used = None;
+                let answer = server.client_first(bytes, |name| {
+                    used = sasl.lookup(name, mechanism);
+                    used.clone()
+                });
                 answer.map(|server_first| {
-                    self.state = State::Exchanging(server);
+                    self.state = State::Exchanging(server, used, changes);
                     (server_first, None)
                 })
             }
-            State::Exchanging(mut server) => server
+            State::Exchanging(mut server, used, changes) => server
                 .client_final(bytes)
-                .map(|(server_final, user)| (server_final, Some(user))),
+                .map(|(server_final, user)| (server_final, Some((user, used, changes)))),
             State::Start | State::Authenticated(_) => {
                 let failure = Failure::new(
                     ErrorCode::IllegalSaslState,
@@ -498,17 +562,41 @@ impl Authenticator {
                 return self.fail(response, reason);
             }
         };
+        self.step_answer(header, step)
+    }
+
+    /// The answer to one SaslAuthenticate step: the next server message, the last one (then
+    /// authenticated), or the failure.
+    fn step_answer(
+        &mut self,
+        header: &FrameHeader,
+        step: Result<Step, ScramError>,
+    ) -> (Gate, Outcome) {
         match step {
             Ok((answer, None)) => (
                 Gate::Answer(authenticate_response(header, None, Some(&answer))),
                 Outcome::None,
             ),
-            Ok((answer, Some(user))) => {
-                self.state = State::Authenticated(user.clone());
+            Ok((answer, Some((user, Some(credential), checked_at_change)))) => {
+                self.state = State::Authenticated(Box::new(Session {
+                    user: user.clone(),
+                    credential,
+                    checked_at_change,
+                }));
                 (
                     Gate::Answer(authenticate_response(header, None, Some(&answer))),
                     Outcome::Authenticated(user),
                 )
+            }
+            Ok((_, Some((user, None, _)))) => {
+                // A proof verified without a stored credential cannot happen (an unknown user's
+                // exchange fails at the proof); refuse rather than trust it.
+                let failure = Failure::new(
+                    ErrorCode::SaslAuthenticationFailed,
+                    "authentication failed: invalid credentials (unknown user or wrong password)",
+                );
+                let response = authenticate_response(header, Some(&failure), None);
+                self.fail(response, format!("{user:?}: a proof without a credential"))
             }
             Err(e) => {
                 let failure = Failure::new(ErrorCode::SaslAuthenticationFailed, failure_text(&e));
