@@ -210,13 +210,18 @@ fn refusals_change_nothing(c: &mut Cluster, before: &[(String, Vec<(ScramMechani
         name: "ghost".into(),
         mechanism: SHA256,
     };
+    let inter_broker = ScramDeletion {
+        name: "broker".into(),
+        mechanism: SHA256,
+    };
     let results = upsert(
         &admin,
         &[low, user("frank", 4096), user("frank", 4096)],
-        &[ghost],
+        &[ghost, inter_broker],
     );
     let expected = [
         ("ghost", ErrorCode::ResourceNotFound),
+        ("broker", ErrorCode::InvalidRequest),
         ("erin", ErrorCode::UnacceptableCredential),
         ("frank", ErrorCode::DuplicateResource),
     ];

@@ -92,18 +92,29 @@ fn position(users: &[UserCredential], name: &str, m: Mechanism) -> Option<usize>
         .position(|u| u.name == name && u.credential.mechanism == m)
 }
 
-/// Applies `a` to `current` within `credentials_max` credentials: the new set (in the old
-/// order, new credentials at the end) and one result per user.
+/// What an alteration may not do: exceed `credentials_max` credentials, or delete the
+/// credential `protected` names (the inter-broker user's, by which the followers' replica
+/// fetches authenticate: deleting it would stop replication).
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds<'a> {
+    /// Credentials at most.
+    pub credentials_max: usize,
+    /// A user and mechanism whose credential may be replaced but not deleted.
+    pub protected: Option<(&'a str, Mechanism)>,
+}
+
+/// Applies `a` to `current` within `bounds`: the new set (in the old order, new credentials
+/// at the end) and one result per user.
 pub fn alter(
     current: &[UserCredential],
     a: &Alterations,
-    credentials_max: usize,
+    bounds: Bounds<'_>,
 ) -> (Vec<UserCredential>, Vec<UserResult>) {
     let mut users = current.to_vec();
     let results = users_in_order(a)
         .into_iter()
         .map(|name| {
-            let result = alter_user(&mut users, a, name, credentials_max);
+            let result = alter_user(&mut users, a, name, bounds);
             (name.to_string(), result)
         })
         .collect();
@@ -115,8 +126,9 @@ fn alter_user(
     users: &mut Vec<UserCredential>,
     a: &Alterations,
     name: &str,
-    credentials_max: usize,
+    bounds: Bounds<'_>,
 ) -> Result<(), Failure> {
+    let credentials_max = bounds.credentials_max;
     super::check_username(name).map_err(|why| unacceptable(name, why))?;
     let deleted: Vec<Mechanism> = a
         .deletions
@@ -140,6 +152,19 @@ fn alter_user(
         return Err(Failure::new(
             ErrorCode::DuplicateResource,
             format!("user {name:?}: {} named twice in one request", twice.1),
+        ));
+    }
+    if let Some((_, m)) = bounds
+        .protected
+        .filter(|(user, m)| *user == name && deleted.contains(m))
+    {
+        return Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "user {name:?} is the inter-broker user (sasl.inter_broker_username): deleting \
+                 its {m} credential would stop the followers' replica fetches; its password \
+                 may be changed, or another inter-broker user configured first"
+            ),
         ));
     }
     if let Some(m) = deleted
@@ -245,6 +270,51 @@ mod tests {
         }
     }
 
+    fn bounded(credentials_max: usize) -> Bounds<'static> {
+        Bounds {
+            credentials_max,
+            protected: None,
+        }
+    }
+
+    /// The inter-broker user's credential of its mechanism may be replaced, not deleted; its
+    /// other mechanisms and other users' may.
+    #[test]
+    fn the_inter_broker_users_credential_is_not_deleted() {
+        let (start, _) = alter(
+            &[],
+            &Alterations {
+                deletions: Vec::new(),
+                upsertions: vec![
+                    upsertion("broker", SHA256, 4096, "pw"),
+                    upsertion("broker", SHA512, 4096, "pw"),
+                ],
+            },
+            bounded(10),
+        );
+        let bounds = Bounds {
+            credentials_max: 10,
+            protected: Some(("broker", Mechanism::ScramSha256)),
+        };
+        let delete = |m| Alterations {
+            deletions: vec![deletion("broker", m)],
+            upsertions: Vec::new(),
+        };
+        let (users, results) = alter(&start, &delete(SHA256), bounds);
+        assert_eq!(codes(&results), vec![("broker", ErrorCode::InvalidRequest)]);
+        assert!(users == start, "nothing changed");
+        let (users, results) = alter(&start, &delete(SHA512), bounds);
+        assert_eq!(codes(&results), vec![("broker", ErrorCode::None)]);
+        assert_eq!(users.len(), 1);
+        let rotate = Alterations {
+            deletions: Vec::new(),
+            upsertions: vec![upsertion("broker", SHA256, 4096, "new")],
+        };
+        let (users, results) = alter(&users, &rotate, bounds);
+        assert_eq!(codes(&results), vec![("broker", ErrorCode::None)]);
+        assert!(users[0].credential != start[0].credential, "a new password");
+    }
+
     fn codes(results: &[UserResult]) -> Vec<(&str, ErrorCode)> {
         let code = |r: &Result<(), Failure>| r.as_ref().err().map_or(ErrorCode::None, |f| f.code);
         results.iter().map(|(n, r)| (n.as_str(), code(r))).collect()
@@ -259,7 +329,7 @@ mod tests {
                 upsertion("alice", SHA512, 8192, "pw"),
             ],
         };
-        let (users, results) = alter(&[], &a, 10);
+        let (users, results) = alter(&[], &a, bounded(10));
         assert_eq!(codes(&results), vec![("alice", ErrorCode::None)]);
         assert_eq!(users.len(), 2);
         let expected = Credential::new(Mechanism::ScramSha256, b"pw", b"some salt", 4096);
@@ -268,7 +338,7 @@ mod tests {
             deletions: vec![deletion("alice", SHA512)],
             upsertions: vec![upsertion("alice", SHA256, 4096, "new")],
         };
-        let (users, results) = alter(&users, &again, 10);
+        let (users, results) = alter(&users, &again, bounded(10));
         assert_eq!(codes(&results), vec![("alice", ErrorCode::None)]);
         assert_eq!(users.len(), 1);
         assert!(users[0].credential != expected, "a new password");
@@ -282,7 +352,7 @@ mod tests {
                 deletions: Vec::new(),
                 upsertions: vec![upsertion("keep", SHA256, 4096, "pw")],
             },
-            10,
+            bounded(10),
         );
         let a = Alterations {
             deletions: vec![deletion("ghost", SHA256), deletion("keep", SHA256)],
@@ -297,7 +367,7 @@ mod tests {
                 upsertion("fine", SHA512, 4096, "pw"),
             ],
         };
-        let (users, results) = alter(&start, &a, 10);
+        let (users, results) = alter(&start, &a, bounded(10));
         assert_eq!(
             codes(&results),
             vec![
@@ -325,7 +395,7 @@ mod tests {
                 upsertion("b", SHA256, 4096, "pw"),
             ],
         };
-        let (users, results) = alter(&[], &a, 1);
+        let (users, results) = alter(&[], &a, bounded(1));
         assert_eq!(
             codes(&results),
             vec![("a", ErrorCode::None), ("b", ErrorCode::LimitExceeded)]
@@ -343,7 +413,7 @@ mod tests {
                 upsertion("alice", SHA256, 4096, "pw"),
             ],
         };
-        let (users, _) = alter(&[], &a, 10);
+        let (users, _) = alter(&[], &a, bounded(10));
         let all = describe(&users, &[]);
         let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec!["alice", "bob"]);

@@ -18,6 +18,7 @@
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
+use borges_protocol::scram::Mechanism;
 use borges_protocol::ErrorCode;
 use borges_replication::metadata::SCRAM_CREDENTIALS_MAX;
 use borges_runtime::task;
@@ -67,6 +68,14 @@ impl Shard {
         self.file_credentials().await
     }
 
+    /// The inter-broker user and mechanism of this broker's configuration, whose credential an
+    /// alteration may not delete (`users::Bounds`).
+    fn inter_broker_credential(&self) -> Option<(String, Mechanism)> {
+        let sasl = &self.config.sasl;
+        let name = sasl.inter_broker_username.clone()?;
+        Some((name, sasl.inter_broker_mechanism()?))
+    }
+
     async fn file_credentials(&self) -> Result<Vec<UserCredential>, Failure> {
         let path = self.config.sasl.credentials_path(&self.config.data_dir);
         task::spawn_blocking(move || file::read(&path))
@@ -80,10 +89,15 @@ impl Shard {
     ) -> Result<Vec<UserResult>, Failure> {
         let path = self.config.sasl.credentials_path(&self.config.data_dir);
         let sasl = self.sasl();
+        let inter_broker = self.inter_broker_credential();
         task::spawn_blocking(move || -> Result<_, file::CredentialsError> {
             let _one = FILE_EDITS.lock().unwrap_or_else(|p| p.into_inner());
             let current = file::read(&path)?;
-            let (next, results) = users::alter(&current, &alterations, file::CREDENTIALS_MAX);
+            let bounds = users::Bounds {
+                credentials_max: file::CREDENTIALS_MAX,
+                protected: inter_broker.as_ref().map(|(n, m)| (n.as_str(), *m)),
+            };
+            let (next, results) = users::alter(&current, &alterations, bounds);
             if next != current {
                 file::write(&path, &next)?;
                 if let Some(sasl) = sasl {
@@ -111,7 +125,12 @@ impl Shard {
         for _ in 0..SCRAM_WRITE_ATTEMPTS_MAX {
             let image = cluster.latest();
             let current = self.cluster_base(&image).await?;
-            let (next, results) = users::alter(&current, &alterations, SCRAM_CREDENTIALS_MAX);
+            let inter_broker = self.inter_broker_credential();
+            let bounds = users::Bounds {
+                credentials_max: SCRAM_CREDENTIALS_MAX,
+                protected: inter_broker.as_ref().map(|(n, m)| (n.as_str(), *m)),
+            };
+            let (next, results) = users::alter(&current, &alterations, bounds);
             if next == current {
                 return Ok(results);
             }
