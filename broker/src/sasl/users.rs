@@ -154,6 +154,36 @@ fn alter_user(
             format!("user {name:?}: {} named twice in one request", twice.1),
         ));
     }
+    check_deletions(users, name, &deleted, bounds)?;
+    let added = upserted
+        .iter()
+        .filter(|c| position(users, name, c.mechanism).is_none())
+        .count();
+    let count = users.len() - deleted.len() + added;
+    if count > credentials_max {
+        return Err(Failure::new(
+            ErrorCode::LimitExceeded,
+            format!("user {name:?}: {count} SCRAM credentials; at most {credentials_max}"),
+        ));
+    }
+    users.retain(|u| !(u.name == name && deleted.contains(&u.credential.mechanism)));
+    for credential in upserted {
+        let user = UserCredential {
+            name: name.to_string(),
+            credential,
+        };
+        super::file::upsert(users, user);
+    }
+    Ok(())
+}
+
+/// Refuses deleting the protected credential, or one `name` does not have.
+fn check_deletions(
+    users: &[UserCredential],
+    name: &str,
+    deleted: &[Mechanism],
+    bounds: Bounds<'_>,
+) -> Result<(), Failure> {
     if let Some((_, m)) = bounds
         .protected
         .filter(|(user, m)| *user == name && deleted.contains(m))
@@ -175,25 +205,6 @@ fn alter_user(
             ErrorCode::ResourceNotFound,
             format!("user {name:?} has no {m} credential to delete"),
         ));
-    }
-    let added = upserted
-        .iter()
-        .filter(|c| position(users, name, c.mechanism).is_none())
-        .count();
-    let count = users.len() - deleted.len() + added;
-    if count > credentials_max {
-        return Err(Failure::new(
-            ErrorCode::LimitExceeded,
-            format!("user {name:?}: {count} SCRAM credentials; at most {credentials_max}"),
-        ));
-    }
-    users.retain(|u| !(u.name == name && deleted.contains(&u.credential.mechanism)));
-    for credential in upserted {
-        let user = UserCredential {
-            name: name.to_string(),
-            credential,
-        };
-        super::file::upsert(users, user);
     }
     Ok(())
 }
