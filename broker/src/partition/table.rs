@@ -221,11 +221,16 @@ impl PartitionTable {
             return Ok(());
         }
         self.drop_removed_topics(&image).await?;
-        let mut opens = Vec::new();
+        // One shared copy of a topic's record for all its partitions to open: a copy each
+        // made creating a topic of N partitions cost N copies of N partition records (10 GB
+        // and more at 9,000 partitions, the broker's memory growing until it died).
+        let mut opens: Vec<(Rc<TopicRecord>, usize)> = Vec::new();
         for t in image.topics.values() {
             self.reconfigure_topic(t, &old).await?;
+            let mut shared: Option<Rc<TopicRecord>> = None;
             for (p, rec) in t.partitions.iter().enumerate() {
                 if self.replica_here(rec) && !self.has(&t.name, t.id, p) {
+                    let t = shared.get_or_insert_with(|| Rc::new(t.clone()));
                     opens.push((t.clone(), p));
                 }
             }
