@@ -280,10 +280,13 @@ fn retention_deletes_whole_closed_segments_and_moves_the_log_start() {
 
 /// Time retention's boundary, as Kafka's (`now - largestTimestamp > retention.ms`): a closed
 /// segment whose newest record is exactly `retention.ms` old stays, one millisecond later it
-/// goes. Catches `>` read as `>=` in `retention_victims` (a CI mutation shard missed it).
+/// goes. Catches `>` read as `>=` in `retention_victims` (a CI mutation shard missed it). The
+/// records are stamped 1 ms after the epoch, a valid timestamp next to `NO_TIMESTAMP` (-1):
+/// read as "no timestamp" (the index set's `NO_TIMESTAMP = 1` mutant), the segments would be
+/// judged by their files' fresh modification time and kept.
 #[test]
 fn time_retention_keeps_a_segment_exactly_retention_ms_old_and_deletes_it_one_ms_later() {
-    const NEWEST_MS: i64 = 50_000;
+    const NEWEST_MS: i64 = 1;
     const RETENTION_MS: i64 = 1_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t-5");
