@@ -14,7 +14,7 @@ use borges_protocol::batch::Compression;
 use borges_protocol::{wire, ApiKey, ErrorCode};
 use borges_testkit::{BrokerOptions, BrokerProcess};
 use common::{make_batch, value, RawClient, Reply};
-use flatbuffers::FlatBufferBuilder;
+use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
 
 const ACLS: &str = r#"
 [[acl]]
@@ -77,17 +77,24 @@ fn broker(dir: &std::path::Path) -> BrokerProcess {
 /// `(topic, partition, error code)` of every partition of a response, in response order.
 type Codes = Vec<(String, i32, ErrorCode)>;
 
-fn finish<T>(fbb: &mut FlatBufferBuilder<'static>, root: flatbuffers::WIPOffset<T>) {
+/// Sends the request `pack` builds and returns the reply, which must be the API's own
+/// response, not a refusal of the whole request.
+fn call(
+    c: &mut RawClient,
+    api: ApiKey,
+    pack: impl FnOnce(&mut FlatBufferBuilder<'static>) -> WIPOffset<UnionWIPOffset>,
+    payload: &[u8],
+) -> Reply {
+    let mut fbb = FlatBufferBuilder::new();
+    let root = pack(&mut fbb);
     fbb.finish(root, None);
-}
-
-/// A request the broker answered with its API's response, not a request-level refusal.
-fn served(reply: &Reply) {
+    let reply = c.call(api, &fbb, payload);
     assert!(
         !reply.header.is_error(),
         "the request was refused whole: {:?}",
         borges_protocol::message::decode_error_response(&reply.message)
     );
+    reply
 }
 
 fn produce(c: &mut RawClient, topics: &[&str]) -> (Codes, Vec<i64>) {
@@ -113,11 +120,12 @@ fn produce(c: &mut RawClient, topics: &[&str]) -> (Codes, Vec<i64>) {
         }));
     }
     request.topics = Some(data);
-    let mut fbb = FlatBufferBuilder::new();
-    let root = request.pack(&mut fbb);
-    finish(&mut fbb, root);
-    let reply = c.call(ApiKey::Produce, &fbb, &payload);
-    served(&reply);
+    let reply = call(
+        c,
+        ApiKey::Produce,
+        |fbb| request.pack(fbb).as_union_value(),
+        &payload,
+    );
     let r = flatbuffers::root::<wire::ProduceResponse>(&reply.message)
         .unwrap()
         .unpack();
@@ -152,11 +160,12 @@ fn fetch(c: &mut RawClient, topics: &[&str]) -> (Codes, Vec<Vec<String>>) {
         min_bytes: 0,
         topics: Some(topics.collect()),
     });
-    let mut fbb = FlatBufferBuilder::new();
-    let root = request.pack(&mut fbb);
-    finish(&mut fbb, root);
-    let reply = c.call(ApiKey::Fetch, &fbb, &[]);
-    served(&reply);
+    let reply = call(
+        c,
+        ApiKey::Fetch,
+        |fbb| request.pack(fbb).as_union_value(),
+        &[],
+    );
     let r = flatbuffers::root::<wire::FetchResponse>(&reply.message)
         .unwrap()
         .unpack();
@@ -194,11 +203,12 @@ fn list_offsets(c: &mut RawClient, topics: &[&str]) -> (Codes, Vec<i64>) {
     let request = obj!(wire::ListOffsetsRequestT {
         topics: Some(topics.collect()),
     });
-    let mut fbb = FlatBufferBuilder::new();
-    let root = request.pack(&mut fbb);
-    finish(&mut fbb, root);
-    let reply = c.call(ApiKey::ListOffsets, &fbb, &[]);
-    served(&reply);
+    let reply = call(
+        c,
+        ApiKey::ListOffsets,
+        |fbb| request.pack(fbb).as_union_value(),
+        &[],
+    );
     let r = flatbuffers::root::<wire::ListOffsetsResponse>(&reply.message)
         .unwrap()
         .unpack();
@@ -231,11 +241,12 @@ fn epoch_ends(c: &mut RawClient, topics: &[&str]) -> Codes {
         replica_id: -1,
         topics: Some(topics.collect()),
     });
-    let mut fbb = FlatBufferBuilder::new();
-    let root = request.pack(&mut fbb);
-    finish(&mut fbb, root);
-    let reply = c.call(ApiKey::OffsetForLeaderEpoch, &fbb, &[]);
-    served(&reply);
+    let reply = call(
+        c,
+        ApiKey::OffsetForLeaderEpoch,
+        |fbb| request.pack(fbb).as_union_value(),
+        &[],
+    );
     let r = flatbuffers::root::<wire::OffsetForLeaderEpochResponse>(&reply.message)
         .unwrap()
         .unpack();
@@ -328,11 +339,12 @@ fn create_partitions(c: &mut RawClient, topics: &[&str], count: i32) -> Resource
         topics: Some(topics.collect()),
         timeout_ms: 30_000,
     });
-    let mut fbb = FlatBufferBuilder::new();
-    let root = request.pack(&mut fbb);
-    finish(&mut fbb, root);
-    let reply = c.call(ApiKey::CreatePartitions, &fbb, &[]);
-    served(&reply);
+    let reply = call(
+        c,
+        ApiKey::CreatePartitions,
+        |fbb| request.pack(fbb).as_union_value(),
+        &[],
+    );
     let r = flatbuffers::root::<wire::CreatePartitionsResponse>(&reply.message)
         .unwrap()
         .unpack();
@@ -356,11 +368,12 @@ fn describe_configs(
     let request = obj!(wire::DescribeConfigsRequestT {
         resources: Some(resources.collect()),
     });
-    let mut fbb = FlatBufferBuilder::new();
-    let root = request.pack(&mut fbb);
-    finish(&mut fbb, root);
-    let reply = c.call(ApiKey::DescribeConfigs, &fbb, &[]);
-    served(&reply);
+    let reply = call(
+        c,
+        ApiKey::DescribeConfigs,
+        |fbb| request.pack(fbb).as_union_value(),
+        &[],
+    );
     let r = flatbuffers::root::<wire::DescribeConfigsResponse>(&reply.message)
         .unwrap()
         .unpack();
@@ -387,11 +400,12 @@ fn alter_retention(c: &mut RawClient, topics: &[&str], retention_ms: &str) -> Re
     let request = obj!(wire::AlterConfigsRequestT {
         resources: Some(resources.collect()),
     });
-    let mut fbb = FlatBufferBuilder::new();
-    let root = request.pack(&mut fbb);
-    finish(&mut fbb, root);
-    let reply = c.call(ApiKey::AlterConfigs, &fbb, &[]);
-    served(&reply);
+    let reply = call(
+        c,
+        ApiKey::AlterConfigs,
+        |fbb| request.pack(fbb).as_union_value(),
+        &[],
+    );
     let r = flatbuffers::root::<wire::AlterConfigsResponse>(&reply.message)
         .unwrap()
         .unpack();

@@ -278,6 +278,29 @@ fn retention_deletes_whole_closed_segments_and_moves_the_log_start() {
     });
 }
 
+/// A log at `path` of 200 records of 200 bytes, all stamped `timestamp`, in several small
+/// segments, written, closed and reopened with `retention_ms` (reopened, every closed segment
+/// is finalized, so retention may delete it).
+async fn closed_segments_stamped(
+    core: &std::rc::Rc<borges_storage::CoreStorage>,
+    path: &std::path::Path,
+    timestamp: i64,
+    retention_ms: i64,
+) -> std::rc::Rc<borges_storage::PartitionLog> {
+    let mut config = small_config(Durability::Fsync);
+    let log = open(core, path, config.clone()).await;
+    for i in 0..200u64 {
+        log.append(vec![batch(i, 1, timestamp, 200)], 0).unwrap();
+    }
+    log.sync().await.unwrap();
+    log.close().await.unwrap();
+    config.retention_ms = retention_ms;
+    let log = open(core, path, config).await;
+    let segments = log.segment_count();
+    assert!(segments > 2, "small segments roll: {segments}");
+    log
+}
+
 /// Time retention's boundary, as Kafka's (`now - largestTimestamp > retention.ms`): a closed
 /// segment whose newest record is exactly `retention.ms` old stays, one millisecond later it
 /// goes. Catches `>` read as `>=` in `retention_victims` (a CI mutation shard missed it). The
@@ -292,21 +315,10 @@ fn time_retention_keeps_a_segment_exactly_retention_ms_old_and_deletes_it_one_ms
     let path = dir.path().join("t-5");
     let root = dir.path().to_path_buf();
     run(move || async move {
-        let dir = &root;
-        let core = core(dir, storage_config()).await;
-        let mut config = small_config(Durability::Fsync);
-        let log = open(&core, &path, config.clone()).await;
-        for i in 0..200u64 {
-            // Every record carries the same timestamp, so every segment's newest is NEWEST_MS.
-            log.append(vec![batch(i, 1, NEWEST_MS, 200)], 0).unwrap();
-        }
-        log.sync().await.unwrap();
-        log.close().await.unwrap();
-        // Reopened, every closed segment is finalized and may be deleted by retention.
-        config.retention_ms = RETENTION_MS;
-        let log = open(&core, &path, config).await;
+        let core = core(&root, storage_config()).await;
+        // Every record carries the same timestamp, so every segment's newest is NEWEST_MS.
+        let log = closed_segments_stamped(&core, &path, NEWEST_MS, RETENTION_MS).await;
         let segments = log.segment_count();
-        assert!(segments > 2, "small segments roll: {segments}");
         let at_limit = log.tick(NEWEST_MS + RETENTION_MS).await.unwrap();
         assert_eq!(
             at_limit.segments_deleted, 0,
@@ -333,19 +345,9 @@ fn time_retention_judges_segments_without_timestamps_by_their_modification_time(
     let path = dir.path().join("t-6");
     let root = dir.path().to_path_buf();
     run(move || async move {
-        let dir = &root;
-        let core = core(dir, storage_config()).await;
-        let mut config = small_config(Durability::Fsync);
-        let log = open(&core, &path, config.clone()).await;
-        for i in 0..200u64 {
-            log.append(vec![batch(i, 1, -1, 200)], 0).unwrap();
-        }
-        log.sync().await.unwrap();
-        log.close().await.unwrap();
-        config.retention_ms = RETENTION_MS;
-        let log = open(&core, &path, config).await;
+        let core = core(&root, storage_config()).await;
+        let log = closed_segments_stamped(&core, &path, -1, RETENTION_MS).await;
         let segments = log.segment_count();
-        assert!(segments > 2, "small segments roll: {segments}");
         let now = borges_runtime::time::now_ms();
         let fresh = log.tick(now).await.unwrap();
         assert_eq!(

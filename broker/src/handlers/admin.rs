@@ -9,8 +9,11 @@ use std::rc::Rc;
 use borges_protocol::acl::Operation;
 use borges_protocol::frame::{Frame, FrameHeader};
 use borges_protocol::{wire, ApiKey, ErrorCode};
-use borges_replication::controller::{ConfigOp, ControllerRequest, NewTopic, TopicCreated};
+use borges_replication::controller::{
+    ConfigOp, ControllerRequest, NewTopic, Results, TopicCreated,
+};
 use flatbuffers::FlatBufferBuilder;
+use futures_channel::oneshot;
 
 use crate::acl::check::{self as acl_check, Need};
 use crate::acl::Authorizer;
@@ -115,6 +118,26 @@ fn merged<T>(
         .collect()
 }
 
+/// Asks the controller for the `items` that `refused` lets through (nothing when none is
+/// left) and merges its results with the refusals, in request order; `Err` when the
+/// controller could not be asked.
+async fn serve_allowed<I, T>(
+    shard: &Rc<Shard>,
+    refused: Vec<Option<Failure>>,
+    items: Vec<I>,
+    request: impl FnOnce(Vec<I>, oneshot::Sender<Results<T>>) -> ControllerRequest,
+) -> Result<Results<T>, Failure> {
+    let mut allowed = refused.iter().map(Option::is_none);
+    let items: Vec<I> = (items.into_iter())
+        .filter(|_| allowed.next() == Some(true))
+        .collect();
+    let served = match items.is_empty() {
+        true => Vec::new(),
+        false => shard.controller(|reply| request(items, reply)).await?,
+    };
+    Ok(merged(refused, served))
+}
+
 /// A CreateTopics request's topics and its validate_only.
 fn parse_create(frame: &Frame) -> Result<(Vec<NewTopic>, bool), Failure> {
     w::verify::<wire::CreateTopicsRequest>(&frame.message).map(|req| {
@@ -156,24 +179,13 @@ async fn create_topics(
         ApiKey::CreateTopics,
         names.iter().map(|n| &**n),
     );
-    let mut allowed = refused.iter().map(Option::is_none);
-    let topics: Vec<NewTopic> = topics
-        .into_iter()
-        .filter(|_| allowed.next() == Some(true))
-        .collect();
-    let served = match topics.is_empty() {
-        true => Ok(Vec::new()),
-        false => {
-            let request = |reply| ControllerRequest::CreateTopics {
-                topics,
-                validate_only,
-                reply,
-            };
-            shard.controller(request).await
-        }
+    let request = |topics, reply| ControllerRequest::CreateTopics {
+        topics,
+        validate_only,
+        reply,
     };
-    let results = match served {
-        Ok(r) => merged(refused, r),
+    let results = match serve_allowed(shard, refused, topics, request).await {
+        Ok(r) => r,
         Err(f) => return request_failed(header, ApiKey::CreateTopics, &f),
     };
     let mut fbb = FlatBufferBuilder::with_capacity(256);
@@ -260,23 +272,9 @@ async fn delete_topics(
         ApiKey::DeleteTopics,
         names.iter().map(|n| &**n),
     );
-    let mut allowed = refused.iter().map(Option::is_none);
-    let served_names: Vec<String> = (names.iter())
-        .filter(|_| allowed.next() == Some(true))
-        .cloned()
-        .collect();
-    let served = match served_names.is_empty() {
-        true => Ok(Vec::new()),
-        false => {
-            let request = |reply| ControllerRequest::DeleteTopics {
-                names: served_names,
-                reply,
-            };
-            shard.controller(request).await
-        }
-    };
-    let results = match served {
-        Ok(r) => merged(refused, r),
+    let request = |names, reply| ControllerRequest::DeleteTopics { names, reply };
+    let results = match serve_allowed(shard, refused, names.clone(), request).await {
+        Ok(r) => r,
         Err(f) => return request_failed(header, ApiKey::DeleteTopics, &f),
     };
     let mut fbb = FlatBufferBuilder::with_capacity(256);
@@ -466,23 +464,13 @@ async fn create_partitions(
     let names: Vec<String> = topics.iter().map(|t| t.0.clone()).collect();
     let api = ApiKey::CreatePartitions;
     let refused = refusals(shard, principal, api, names.iter().map(|n| &**n));
-    let mut allowed = refused.iter().map(Option::is_none);
-    let topics: Vec<(String, i32)> = (topics.into_iter())
-        .filter(|_| allowed.next() == Some(true))
-        .collect();
-    let served = match topics.is_empty() {
-        true => Ok(Vec::new()),
-        false => {
-            let request = |reply| ControllerRequest::CreatePartitions {
-                topics,
-                validate_only,
-                reply,
-            };
-            shard.controller(request).await
-        }
+    let request = |topics, reply| ControllerRequest::CreatePartitions {
+        topics,
+        validate_only,
+        reply,
     };
-    let results = match served {
-        Ok(r) => merged(refused, r),
+    let results = match serve_allowed(shard, refused, topics, request).await {
+        Ok(r) => r,
         Err(f) => return request_failed(header, api, &f),
     };
     create_partitions_response(header, &names, &results)
