@@ -135,20 +135,25 @@ fn produce_and_wait_for_cleaning(broker: &BrokerProcess) -> Vec<(i64, String, St
         .collect();
     ok(borges(broker, &produce, Some(&filler)));
     let written = 1 + 40 * 5 + 20 * 4;
+    // The cleaner may take several passes (a segment that closes while it runs waits for
+    // the next), so wait until it ran and then left the log alone for a whole read (each
+    // read takes at least 1.5 s, thirty cleaner periods): what the checks below compare
+    // must not be compacted again under them.
     let deadline = Instant::now() + Duration::from_secs(120);
-    let read = loop {
+    let mut previous = Vec::new();
+    loop {
         let read = consume_all(broker);
-        if read.len() < written / 2 {
-            break read;
+        if read.len() < written / 2 && read == previous {
+            return read;
         }
         assert!(
             Instant::now() < deadline,
-            "the cleaner never ran ({} records)",
+            "the cleaner never ran or never settled ({} records)",
             read.len()
         );
+        previous = read;
         std::thread::sleep(Duration::from_millis(200));
-    };
-    read
+    }
 }
 
 /// Offsets increase with holes, each key's latest value is there (k4's printed null), and a
