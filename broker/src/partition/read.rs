@@ -217,19 +217,26 @@ impl Partition {
 
     /// The copy path: batches read into memory.
     async fn read_copy(&self, fetch_offset: i64, max_bytes: u64) -> Result<FetchOutcome, Failure> {
-        let (bytes, offsets) = self.read_bytes(fetch_offset, max_bytes).await?;
+        self.check_owner();
+        let (read, offsets) = self
+            .log
+            .read_in_memory(fetch_offset, max_bytes, ReadBound::HighWatermark)
+            .await?;
+        self.check_read_offsets(&offsets);
         // The log CRC-checked every batch it read from a file (a mismatch is an error and
         // marks the partition corrupt); this checks, in strict builds, all of them again and
-        // where they lie.
-        strict_assert!(
-            check_batches(&self.id, &bytes, fetch_offset, offsets.high_watermark).is_ok()
-        );
-        let size_bytes = bytes.len() as u64;
-        let chunks = if bytes.is_empty() {
-            Vec::new()
-        } else {
-            vec![SendChunk::Memory(bytes)]
-        };
+        // where they lie (the first chunk reaches the fetch offset).
+        strict_assert!(read.iter().enumerate().all(|(i, b)| {
+            let from = if i == 0 { fetch_offset } else { -1 };
+            check_batches(&self.id, b, from, offsets.high_watermark).is_ok()
+        }));
+        let size_bytes = read.iter().map(|b| b.len() as u64).sum();
+        // Chunks as the log holds them, sent one after the other (no copy into one buffer).
+        let chunks = read
+            .into_iter()
+            .filter(|b| !b.is_empty())
+            .map(SendChunk::Memory)
+            .collect();
         Ok(FetchOutcome {
             failure: None,
             high_watermark: offsets.high_watermark,
@@ -265,7 +272,8 @@ impl Partition {
         })
     }
 
-    /// Reads committed batches from `offset` into memory (the copy path, and offsets replay).
+    /// Reads committed batches from `offset` into one buffer (tests).
+    #[cfg(test)]
     pub async fn read_bytes(
         &self,
         offset: i64,
