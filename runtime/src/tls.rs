@@ -253,6 +253,9 @@ pub(crate) struct Session {
     /// Raw bytes read from the socket that rustls has not taken yet: `pending[taken..]`.
     pending: RefCell<Vec<u8>>,
     taken: Cell<usize>,
+    /// Encrypted records on their way to the socket, reused from flush to flush (a fresh
+    /// buffer per flush had the kernel zero new pages for it); used under the write lock.
+    outgoing: RefCell<Vec<u8>>,
     /// Held while a task flushes records to the socket.
     writing: Cell<bool>,
     write_done: Notify,
@@ -281,6 +284,7 @@ impl Session {
             conn: RefCell::new(conn),
             pending: RefCell::new(Vec::new()),
             taken: Cell::new(0),
+            outgoing: RefCell::new(Vec::new()),
             writing: Cell::new(false),
             write_done: Notify::default(),
             peer_subject: RefCell::new(None),
@@ -372,19 +376,32 @@ impl Session {
     /// Writes every record rustls has queued; the caller holds the write lock.
     async fn flush_locked(&self, socket: &mut glommio::net::TcpStream) -> io::Result<()> {
         use futures_lite::AsyncWriteExt;
-        loop {
-            let mut out = Vec::new();
+        let mut out = std::mem::take(&mut *self.outgoing.borrow_mut());
+        let flushed = loop {
+            out.clear();
+            let mut encoded = Ok(0);
             {
                 let mut conn = self.conn.borrow_mut();
-                while conn.wants_write() {
-                    conn.write_tls(&mut out)?;
+                while encoded.is_ok() && conn.wants_write() {
+                    encoded = conn.write_tls(&mut out);
                 }
             }
-            if out.is_empty() {
-                return Ok(());
+            if let Err(e) = encoded {
+                break Err(e);
             }
-            socket.write_all(&out).await?;
+            if out.is_empty() {
+                break Ok(());
+            }
+            if let Err(e) = socket.write_all(&out).await {
+                break Err(e);
+            }
+        };
+        // Kept for the next flush unless a burst made it larger than rustls's send buffer.
+        if out.capacity() <= 2 * TLS_SEND_BUFFER_BYTES_MAX {
+            out.clear();
+            *self.outgoing.borrow_mut() = out;
         }
+        flushed
     }
 
     /// Flushes queued records unless another task is flushing (it will write them).
