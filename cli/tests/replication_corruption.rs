@@ -265,6 +265,9 @@ fn a_replica_recovered_with_corruption_is_repaired_from_the_leader() {
             .exists(),
         "the repair marker stayed"
     );
+    wait_until("the repaired follower holding every batch", || {
+        replica_log(&mut c, follower).log_end() >= RECORDS
+    });
     assert_identical(&mut c, &[1, 2, 3], RECORDS);
 }
 
@@ -300,6 +303,11 @@ fn a_repaired_replicas_quarantined_log_is_removed_after_its_retention() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // In the ISR and its quarantine removed does not mean it has fetched everything back yet
+    // (a CI run read its new log empty here): wait for the batches, then compare.
+    wait_until("the repaired follower holding every batch", || {
+        replica_log(&mut c, follower).log_end() >= RECORDS
+    });
     assert_identical(&mut c, &[1, 2, 3], RECORDS);
 }
 
