@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use borges_protocol::batch::Compression;
 use borges_protocol::ErrorCode;
-use borges_testkit::BrokerProcess;
+use borges_testkit::{BrokerOptions, BrokerProcess};
 use common::{make_batch, make_batch_at, value, RawClient};
 
 #[test]
@@ -222,7 +222,7 @@ fn restart_keeps_topics_and_acknowledged_data() {
 
 #[test]
 fn restart_with_another_core_count_keeps_every_partition() {
-    let mut broker = BrokerProcess::start_with(borges_testkit::BrokerOptions {
+    let mut broker = BrokerProcess::start_with(BrokerOptions {
         cores: 1,
         ..Default::default()
     });
@@ -237,7 +237,7 @@ fn restart_with_another_core_count_keeps_every_partition() {
         }
     }
     broker.terminate(Duration::from_secs(30));
-    broker.restart_with(borges_testkit::BrokerOptions::default());
+    broker.restart_with(BrokerOptions::default());
     let mut c = RawClient::connect(broker.addr());
     let (cores, leaders) = c.placement("moving");
     assert!(leaders.iter().all(|&l| (l as usize) < cores.len()));
@@ -338,10 +338,10 @@ fn http_get(addr: &str, path: &str) -> String {
 /// the chunks reversed -> the values differ.
 #[test]
 fn the_copy_path_sends_every_chunk_of_a_read_in_order() {
-    let broker = BrokerProcess::start_with(borges_testkit::BrokerOptions {
+    let broker = BrokerProcess::start_with(BrokerOptions {
         cores: 1,
         config_toml: Some("[fetch]\nsend_mode = \"copy\"\n".into()),
-        ..borges_testkit::BrokerOptions::default()
+        ..BrokerOptions::default()
     });
     let mut c = RawClient::connect(broker.addr());
     assert_eq!(

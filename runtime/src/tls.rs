@@ -375,33 +375,36 @@ impl Session {
 
     /// Writes every record rustls has queued; the caller holds the write lock.
     async fn flush_locked(&self, socket: &mut glommio::net::TcpStream) -> io::Result<()> {
-        use futures_lite::AsyncWriteExt;
         let mut out = std::mem::take(&mut *self.outgoing.borrow_mut());
-        let flushed = loop {
-            out.clear();
-            let mut encoded = Ok(0);
-            {
-                let mut conn = self.conn.borrow_mut();
-                while encoded.is_ok() && conn.wants_write() {
-                    encoded = conn.write_tls(&mut out);
-                }
-            }
-            if let Err(e) = encoded {
-                break Err(e);
-            }
-            if out.is_empty() {
-                break Ok(());
-            }
-            if let Err(e) = socket.write_all(&out).await {
-                break Err(e);
-            }
-        };
+        let flushed = self.flush_through(socket, &mut out).await;
         // Kept for the next flush unless a burst made it larger than rustls's send buffer.
         if out.capacity() <= 2 * TLS_SEND_BUFFER_BYTES_MAX {
             out.clear();
             *self.outgoing.borrow_mut() = out;
         }
         flushed
+    }
+
+    /// [`Session::flush_locked`] through the buffer `out`.
+    async fn flush_through(
+        &self,
+        socket: &mut glommio::net::TcpStream,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        use futures_lite::AsyncWriteExt;
+        loop {
+            out.clear();
+            {
+                let mut conn = self.conn.borrow_mut();
+                while conn.wants_write() {
+                    conn.write_tls(out)?;
+                }
+            }
+            if out.is_empty() {
+                return Ok(());
+            }
+            socket.write_all(out).await?;
+        }
     }
 
     /// Flushes queued records unless another task is flushing (it will write them).
