@@ -215,6 +215,31 @@ async fn check_time_lookups(log: &borges_storage::PartitionLog) {
     assert_eq!(log.max_timestamp().await.unwrap(), Some((243, 1_000_003)));
 }
 
+/// Timestamp 0 (1970-01-01) is a timestamp, not Kafka's "none" (-1): a log whose records all
+/// carry it has a maximum timestamp (ListOffsets -3), before and after a restart.
+#[test]
+fn a_timestamp_of_zero_counts_as_a_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0ts");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let dir = &root;
+        let core = core(dir, storage_config()).await;
+        let log = open(&core, &path, small_config(Durability::Fsync)).await;
+        for i in 0..3u64 {
+            log.append(vec![batch(i, 1, 0, 40)], 0).unwrap();
+        }
+        log.sync().await.unwrap();
+        assert_eq!(log.max_timestamp().await.unwrap(), Some((0, 0)));
+        assert_eq!(log.offset_for_timestamp(0).await.unwrap(), Some((0, 0)));
+        assert_eq!(log.offset_for_timestamp(1).await.unwrap(), None);
+        log.close().await.unwrap();
+        let reopened = open(&core, &path, small_config(Durability::Fsync)).await;
+        assert_eq!(reopened.max_timestamp().await.unwrap(), Some((0, 0)));
+        reopened.close().await.unwrap();
+    });
+}
+
 #[test]
 fn retention_deletes_whole_closed_segments_and_moves_the_log_start() {
     let dir = tempfile::tempdir().unwrap();
