@@ -42,6 +42,13 @@ pub enum RuntimeError {
         /// The runtime's message.
         message: String,
     },
+    /// An executor thread panicked (a bug, or a failed assertion in a test body); the panic's
+    /// own message was printed when it happened.
+    #[error("the executor thread of core {core} panicked (its message is printed above)")]
+    Panicked {
+        /// Core index.
+        core: usize,
+    },
     /// A thread could not be spawned.
     #[error("cannot spawn executor thread: {0}")]
     Thread(#[from] std::io::Error),
@@ -284,13 +291,9 @@ impl<T> Executors<T> {
                     continue;
                 }
                 let Some(thread) = slot.take() else { continue };
-                let result = thread.join().unwrap_or_else(|_| {
-                    Err(RuntimeError::Executor {
-                        core,
-                        cpu: 0,
-                        message: "executor thread panicked".into(),
-                    })
-                });
+                let result = thread
+                    .join()
+                    .unwrap_or_else(|_| Err(RuntimeError::Panicked { core }));
                 if result.is_err() && !warned {
                     warned = true;
                     on_failure();
@@ -313,13 +316,8 @@ impl<T> Executors<T> {
             .into_iter()
             .enumerate()
             .map(|(core, t)| {
-                t.join().unwrap_or_else(|_| {
-                    Err(RuntimeError::Executor {
-                        core,
-                        cpu: 0,
-                        message: "executor thread panicked".into(),
-                    })
-                })
+                t.join()
+                    .unwrap_or_else(|_| Err(RuntimeError::Panicked { core }))
             })
             .collect()
     }
@@ -645,6 +643,21 @@ mod tests {
         .unwrap();
         let results: Vec<usize> = ex.join().into_iter().map(|r| r.unwrap()).collect();
         assert_eq!(results, vec![1]);
+    }
+
+    #[test]
+    fn a_panic_on_a_core_is_reported_as_a_panic_not_as_a_missing_io_uring() {
+        let cfg = ExecutorConfig {
+            cores: 1,
+            ..ExecutorConfig::default()
+        };
+        let err = run_on_one_core(&cfg, || async { panic!("planted") }).map(|()| ());
+        assert!(
+            matches!(err, Err(RuntimeError::Panicked { core: 0 })),
+            "{err:?}"
+        );
+        let message = err.unwrap_err().to_string();
+        assert!(!message.contains("io_uring"), "{message}");
     }
 
     #[test]
