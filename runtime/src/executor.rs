@@ -651,7 +651,7 @@ mod tests {
             cores: 1,
             ..ExecutorConfig::default()
         };
-        let err = run_on_one_core(&cfg, || async { panic!("planted") }).map(|()| ());
+        let err: Result<(), RuntimeError> = run_on_one_core(&cfg, || async { panic!("planted") });
         assert!(
             matches!(err, Err(RuntimeError::Panicked { core: 0 })),
             "{err:?}"
