@@ -146,6 +146,11 @@ impl ClientCore {
         self.suspect(broker.as_deref().unwrap_or(addr));
     }
 
+    /// The brokers (main addresses) whose last request failed or timed out, and when.
+    pub fn suspects_snapshot(&self) -> HashMap<String, Instant> {
+        self.suspects().clone()
+    }
+
     fn clear_suspect(&self, addr: &str) {
         let mut suspects = self.suspects();
         if !suspects.is_empty() {
@@ -183,6 +188,7 @@ impl ClientCore {
                     last = Some(e)
                 }
                 other => {
+                    tracing::debug!(%addr, api = ?api_key, "cluster-wide request answered");
                     self.clear_suspect(addr);
                     return other;
                 }
@@ -221,9 +227,11 @@ impl ClientCore {
             .call_any(ApiKey::Metadata, codec::metadata_request(topics))
             .await?;
         let response = codec::decode!(MetadataResponse, frame)?;
-        let fresh = self
-            .metadata()
-            .keeping_newer_epochs(ClusterMetadata::from_response(response)?);
+        let answered = ClusterMetadata::from_response(response)?;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(leaders = %leaders_of(&answered), "metadata answered");
+        }
+        let fresh = self.metadata().keeping_newer_epochs(answered);
         let merged = if topics.is_none() {
             fresh
         } else {
@@ -307,4 +315,22 @@ fn usable(metadata: &ClusterMetadata, topics: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `topic-partition:leader@epoch` of every partition in `metadata`, sorted (for debug logs).
+fn leaders_of(metadata: &ClusterMetadata) -> String {
+    let mut leaders: Vec<String> = metadata
+        .topics
+        .values()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                format!(
+                    "{}-{}:{}@{}",
+                    t.name, p.info.partition, p.info.leader, p.info.leader_epoch
+                )
+            })
+        })
+        .collect();
+    leaders.sort();
+    leaders.join(" ")
 }

@@ -133,7 +133,20 @@ enum Command {
     },
 }
 
+/// The client's log on standard error (the suite keeps it in `driver.log`): warnings by
+/// default (a produce retried, a broker passed over), `FAULT_DRIVER_LOG` for more, e.g.
+/// `borges_client=debug` to follow every retry and metadata refresh of a failover.
+fn init_log() {
+    let filter = std::env::var("FAULT_DRIVER_LOG").unwrap_or_else(|_| "warn".to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 fn main() -> ExitCode {
+    init_log();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

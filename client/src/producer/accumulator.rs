@@ -111,8 +111,14 @@ pub(crate) struct ProducerBatch {
     /// Whether that failure asked for new metadata (a leader that moved, a connection lost,
     /// a timeout). Then, while the metadata still routes the partition to `failed_at`, the
     /// backoff runs and metadata is refreshed; once it routes elsewhere the batch goes at
-    /// once (Kafka's KIP-951: no backoff after a leader change).
+    /// once (Kafka's KIP-951: no backoff after a leader change). And it goes back to
+    /// `failed_at` only with metadata fetched after the failure: a leader cut off from its
+    /// cluster is replaced within the session timeout, and a retry sent to it on the old
+    /// metadata waits out a whole request timeout while the partition's later batches reach
+    /// the new leader and are refused there as out of order.
     pub failed_leader: bool,
+    /// When the last attempt failed.
+    pub failed_when: Option<Instant>,
     /// Consecutive failed attempts at `failed_at`: the exponent of the retry backoff, so a new
     /// leader's first refusal (its core not serving yet) backs off `retry_backoff_ms`, not
     /// what the old leader's failures grew it to.
@@ -131,7 +137,8 @@ impl ProducerBatch {
     /// Notes that the attempt at `addr` failed (`needs_metadata`: the error asked for new
     /// metadata): the backoff's exponent grows while it fails at one address and restarts at
     /// another.
-    pub fn failed(&mut self, addr: &str, needs_metadata: bool) {
+    pub fn failed(&mut self, addr: &str, needs_metadata: bool, now: Instant) {
+        self.failed_when = Some(now);
         if self.failed_at.as_deref() == Some(addr) {
             self.backoff_attempts += 1;
         } else {
@@ -161,6 +168,7 @@ impl ProducerBatch {
             not_before: None,
             failed_at: None,
             failed_leader: false,
+            failed_when: None,
             backoff_attempts: 0,
             reserved_bytes: 0,
             sequence: None,
@@ -518,8 +526,14 @@ impl Accumulator {
     }
 
     /// Collects sendable batches; see the module documentation. `route` maps a partition to
-    /// its destination address (`None` while it has no leader).
-    pub fn drain(&mut self, now: Instant, route: impl Fn(&str, i32) -> Option<String>) -> Drained {
+    /// its destination address (`None` while it has no leader), from metadata fetched at
+    /// `metadata_at`.
+    pub fn drain(
+        &mut self,
+        now: Instant,
+        metadata_at: Instant,
+        route: impl Fn(&str, i32) -> Option<String>,
+    ) -> Drained {
         let mut drained = Drained::default();
         let mut building = Building::default();
         let config = self.config.clone();
@@ -537,7 +551,7 @@ impl Accumulator {
                 }
                 drain_partition(
                     queue,
-                    now,
+                    (now, metadata_at),
                     &config,
                     &route,
                     &mut self.in_flight,
@@ -752,21 +766,29 @@ struct Building {
 
 /// Whether `front` still waits for its backoff (the wake-up is noted in `drained`). A batch
 /// whose failed leader the metadata has replaced goes at once (KIP-951); one whose leader the
-/// metadata still names asks for a metadata refresh.
+/// metadata still names asks for a metadata refresh, and after its backoff goes back to that
+/// leader only once the metadata is newer than the failure (the refresh wakes the sender).
 fn waits_out_backoff(
     front: &ProducerBatch,
-    now: Instant,
+    (now, metadata_at): (Instant, Instant),
     route: &impl Fn(&str, i32) -> Option<String>,
     drained: &mut Drained,
 ) -> bool {
-    let Some(at) = front.not_before.filter(|at| *at > now) else {
-        return false;
-    };
     let moved = front
         .failed_at
         .as_ref()
         .filter(|_| front.failed_leader)
         .map(|failed| route(&front.topic, front.partition).is_some_and(|addr| addr != *failed));
+    let Some(at) = front.not_before.filter(|at| *at > now) else {
+        let stale = front
+            .failed_when
+            .is_some_and(|failed| metadata_at <= failed);
+        if moved == Some(false) && stale {
+            drained.leader_failed = true;
+            return true;
+        }
+        return false;
+    };
     if moved == Some(true) {
         return false;
     }
@@ -781,7 +803,7 @@ fn waits_out_backoff(
 /// with its sequence travels alone for its partition.
 fn drain_partition(
     queue: &mut PartitionQueue,
-    now: Instant,
+    (now, metadata_at): (Instant, Instant),
     config: &AccumulatorConfig,
     route: &impl Fn(&str, i32) -> Option<String>,
     in_flight: &mut HashMap<String, usize>,
@@ -790,7 +812,7 @@ fn drain_partition(
 ) {
     building.partition_in_slot = None;
     while let Some(front) = queue.ready.front() {
-        if waits_out_backoff(front, now, route, drained) {
+        if waits_out_backoff(front, (now, metadata_at), route, drained) {
             return;
         }
         if let (None, Some(s)) = (front.sequence, &queue.sequences) {
@@ -900,7 +922,7 @@ mod tests {
         // Nothing planned yet: the first batch wakes the sender.
         assert!(append(&mut acc, &t, 0, &value(10), t0).wake_sender);
         // The sender drains and plans to wake when partition 0's batch is due (t0 + 5 ms).
-        let drained = acc.drain(t0, route);
+        let drained = acc.drain(t0, t0, route);
         assert!(drained.requests.is_empty());
         assert_eq!(drained.next_wakeup, Some(t0 + Duration::from_millis(5)));
         // A batch opened later is due later: no need to wake the sender.
@@ -911,7 +933,11 @@ mod tests {
         assert!(append(&mut acc, &t, 1, &value(990), t0 + Duration::from_millis(2)).wake_sender);
         // At t0 + 5 ms the sender sends partition 0's batch and the full one, then drains
         // again at once: new batches need no wake-up.
-        let drained = acc.drain(t0 + Duration::from_millis(5), route);
+        let drained = acc.drain(
+            t0 + Duration::from_millis(5),
+            t0 + Duration::from_millis(5),
+            route,
+        );
         assert!(!drained.requests.is_empty());
         assert!(!append(&mut acc, &t, 2, &value(10), t0 + Duration::from_millis(5)).wake_sender);
         // A sender that planned to sleep until woken is woken by a new batch.
@@ -920,13 +946,13 @@ mod tests {
             acc.finish_request(&addr, &ids, Vec::new());
         }
         let now = t0 + Duration::from_millis(20);
-        let drained = acc.drain(now, route);
+        let drained = acc.drain(now, now, route);
         assert!(!drained.requests.is_empty(), "partitions 1 and 2 are due");
         for (addr, batches) in drained.requests {
             let ids: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
             acc.finish_request(&addr, &ids, Vec::new());
         }
-        let idle = acc.drain(now, route);
+        let idle = acc.drain(now, now, route);
         assert!(idle.requests.is_empty() && idle.next_wakeup.is_none());
         assert!(append(&mut acc, &t, 3, &value(10), now).wake_sender);
     }
@@ -946,13 +972,17 @@ mod tests {
         assert!(a4.batch_ready && a4.batch_created);
         assert_eq!(a4.index, 0);
         // Before linger only the full batch is sendable.
-        let drained = acc.drain(now, route);
+        let drained = acc.drain(now, now, route);
         assert_eq!(drained.requests.len(), 1);
         assert_eq!(drained.requests[0].1.len(), 1);
         assert_eq!(drained.requests[0].1[0].records_count, 3);
         assert_eq!(drained.next_wakeup, Some(now + Duration::from_millis(5)));
         // After linger the open batch goes too.
-        let later = acc.drain(now + Duration::from_millis(5), route);
+        let later = acc.drain(
+            now + Duration::from_millis(5),
+            now + Duration::from_millis(5),
+            route,
+        );
         assert_eq!(later.requests[0].1[0].records_count, 1);
         assert!(later.next_wakeup.is_none());
     }
@@ -969,7 +999,11 @@ mod tests {
         }
         // Each partition: three full batches (2 records each) and one open (1 record): more
         // than two requests of 2500 bytes per address.
-        let drained = acc.drain(now + Duration::from_millis(5), route);
+        let drained = acc.drain(
+            now + Duration::from_millis(5),
+            now + Duration::from_millis(5),
+            route,
+        );
         // Requests per address are limited to 2500 bytes: 2 batches of ~900 + more in a second
         // request; two requests per address at most (in flight).
         let mut per_addr: HashMap<String, usize> = HashMap::new();
@@ -986,14 +1020,22 @@ mod tests {
         assert!(per_addr.values().all(|n| *n == 2));
         // Nothing more goes out until a request finishes.
         assert!(acc
-            .drain(now + Duration::from_millis(6), route)
+            .drain(
+                now + Duration::from_millis(6),
+                now + Duration::from_millis(6),
+                route
+            )
             .requests
             .is_empty());
         let (addr, batches) = drained.requests.into_iter().next().unwrap();
         let done: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
         assert!(acc.finish_request(&addr, &done, Vec::new()) > 0);
         assert!(!acc
-            .drain(now + Duration::from_millis(6), route)
+            .drain(
+                now + Duration::from_millis(6),
+                now + Duration::from_millis(6),
+                route
+            )
             .requests
             .is_empty());
     }
@@ -1009,7 +1051,7 @@ mod tests {
             append(&mut acc, &t, 0, &value(400), now);
         }
         let mark = acc.begin_flush();
-        let drained = acc.drain(now, route);
+        let drained = acc.drain(now, now, route);
         let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
         assert_eq!(batches.len(), 3);
         let ids: Vec<u64> = batches.iter().map(|b| b.id).collect();
@@ -1020,10 +1062,14 @@ mod tests {
         }
         acc.finish_request(&addr, &[], batches);
         assert!(!acc.flushed(mark));
-        let early = acc.drain(now + Duration::from_millis(50), route);
+        let early = acc.drain(
+            now + Duration::from_millis(50),
+            now + Duration::from_millis(50),
+            route,
+        );
         assert!(early.requests.is_empty());
         assert_eq!(early.next_wakeup, Some(retry_at));
-        let again = acc.drain(retry_at, route);
+        let again = acc.drain(retry_at, retry_at, route);
         let (addr, batches) = again.requests.into_iter().next().unwrap();
         assert_eq!(batches.iter().map(|b| b.id).collect::<Vec<_>>(), ids);
         let done: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
@@ -1038,19 +1084,23 @@ mod tests {
         let t: Arc<str> = "t".into();
         let now = Instant::now();
         append(&mut acc, &t, 0, &value(10), now);
-        let drained = acc.drain(now + Duration::from_millis(5), route);
+        let drained = acc.drain(
+            now + Duration::from_millis(5),
+            now + Duration::from_millis(5),
+            route,
+        );
         let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
         let retry_at = now + Duration::from_millis(1000);
         for b in &mut batches {
             b.not_before = Some(retry_at);
         }
         assert_eq!(batches[0].backoff_attempts, 0);
-        batches[0].failed(&addr, true);
-        batches[0].failed(&addr, true);
+        batches[0].failed(&addr, true, now);
+        batches[0].failed(&addr, true, now);
         assert_eq!(batches[0].backoff_attempts, 2, "grows at one address");
         acc.finish_request(&addr, &[], batches);
         let later = now + Duration::from_millis(10);
-        let same = acc.drain(later, route);
+        let same = acc.drain(later, later, route);
         assert!(
             same.requests.is_empty(),
             "the backoff runs at the same leader"
@@ -1060,18 +1110,45 @@ mod tests {
             "metadata is asked for while it names the failed leader"
         );
         assert_eq!(same.next_wakeup, Some(retry_at));
-        let moved = acc.drain(later, |_, _| Some("elsewhere".to_string()));
+        let moved = acc.drain(later, later, |_, _| Some("elsewhere".to_string()));
         assert!(!moved.leader_failed);
         let (to, sent) = moved.requests.into_iter().next().expect("sent at once");
         assert_eq!((to.as_str(), sent.len()), ("elsewhere", 1));
         // A failure that did not ask for metadata (NotEnoughReplicas) keeps its backoff.
         let mut sent = sent;
-        sent[0].failed(&to, false);
+        sent[0].failed(&to, false, now);
         assert_eq!(sent[0].backoff_attempts, 1, "restarts at another address");
         sent[0].not_before = Some(retry_at);
         acc.finish_request(&to, &[], sent);
-        let kept = acc.drain(later, |_, _| Some("third".to_string()));
+        let kept = acc.drain(later, later, |_, _| Some("third".to_string()));
         assert!(kept.requests.is_empty() && !kept.leader_failed);
+    }
+
+    #[test]
+    fn a_batch_goes_back_to_its_failed_leader_only_with_metadata_newer_than_the_failure() {
+        let mut acc = Accumulator::new(config(), 1);
+        let t: Arc<str> = "t".into();
+        let now = Instant::now();
+        append(&mut acc, &t, 0, &value(10), now);
+        let sent_at = now + Duration::from_millis(5);
+        let drained = acc.drain(sent_at, sent_at, route);
+        let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
+        // The request timed out: the batch backs off 50 ms and the refresh is asked for.
+        let failed = now + Duration::from_millis(3_005);
+        batches[0].failed(&addr, true, failed);
+        batches[0].not_before = Some(failed + Duration::from_millis(50));
+        acc.finish_request(&addr, &[], batches);
+        let after_backoff = failed + Duration::from_millis(60);
+        // Metadata from before the failure still names the leader: the batch waits for the
+        // refresh instead of going back to a leader that stopped answering.
+        let stale = acc.drain(after_backoff, sent_at, route);
+        assert!(stale.requests.is_empty(), "not resent on old metadata");
+        assert!(stale.leader_failed, "and a refresh is asked for");
+        // Metadata fetched after the failure that still names it: the batch goes there.
+        let fresh = acc.drain(after_backoff, failed + Duration::from_millis(55), route);
+        let (to, sent) = fresh.requests.into_iter().next().expect("resent");
+        assert_eq!((to, sent.len()), (addr, 1));
+        assert!(!fresh.leader_failed);
     }
 
     #[test]
@@ -1080,10 +1157,18 @@ mod tests {
         let t: Arc<str> = "t".into();
         let now = Instant::now();
         append(&mut acc, &t, 1, &value(10), now);
-        let drained = acc.drain(now + Duration::from_millis(5), |_, _| None);
+        let drained = acc.drain(
+            now + Duration::from_millis(5),
+            now + Duration::from_millis(5),
+            |_, _| None,
+        );
         assert!(drained.leader_missing);
         assert!(drained.requests.is_empty());
-        let late = acc.drain(now + Duration::from_secs(10), |_, _| None);
+        let late = acc.drain(
+            now + Duration::from_secs(10),
+            now + Duration::from_secs(10),
+            |_, _| None,
+        );
         assert_eq!(late.expired.len(), 1);
     }
 
@@ -1095,7 +1180,7 @@ mod tests {
         append(&mut acc, &t, 0, &value(10), now);
         let big = append(&mut acc, &t, 0, &value(1500), now);
         assert!(big.batch_ready && big.batch_created && big.index == 0);
-        let drained = acc.drain(now, route);
+        let drained = acc.drain(now, now, route);
         let batches = &drained.requests[0].1;
         assert_eq!(batches.len(), 2);
         assert_eq!(batches[1].records_count, 1);
@@ -1129,7 +1214,7 @@ mod tests {
             || now,
         );
         acc.closing = true;
-        let mut drained = acc.drain(now, route);
+        let mut drained = acc.drain(now, now, route);
         let batch = &mut drained.requests[0].1[0];
         batch.build().unwrap();
         let Payload::Built(bytes) = &batch.payload else {
@@ -1173,7 +1258,7 @@ mod tests {
         for _ in 0..14 {
             append(&mut acc, &t, 0, &value(400), now);
         }
-        let mut drained = acc.drain(now, route);
+        let mut drained = acc.drain(now, now, route);
         let (addr, batches) = &mut drained.requests[0];
         assert_eq!(batches.len(), 5, "five unresolved batches per partition");
         for (i, b) in batches.iter_mut().enumerate() {
@@ -1181,12 +1266,12 @@ mod tests {
             assert_eq!((h.producer_id, h.producer_epoch), (7, 0));
             assert_eq!(h.base_sequence, 2 * i as i32);
         }
-        assert!(acc.drain(now, route).requests.is_empty());
+        assert!(acc.drain(now, now, route).requests.is_empty());
         // The first is acknowledged: one more may go, numbered after the fifth.
         let first = batches.remove(0);
         acc.batch_acked(&first);
         acc.finish_request(addr, &[(first.id, first.reserved_bytes)], Vec::new());
-        let mut next = acc.drain(now, route);
+        let mut next = acc.drain(now, now, route);
         assert_eq!(next.requests[0].1.len(), 1);
         assert_eq!(header(&mut next.requests[0].1[0]).base_sequence, 10);
     }
@@ -1199,7 +1284,11 @@ mod tests {
         for _ in 0..6 {
             append(&mut acc, &t, 0, &value(400), now);
         }
-        let drained = acc.drain(now + Duration::from_millis(5), route);
+        let drained = acc.drain(
+            now + Duration::from_millis(5),
+            now + Duration::from_millis(5),
+            route,
+        );
         let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
         assert_eq!(batches.len(), 3, "fresh batches share a request");
         for b in &mut batches {
@@ -1217,7 +1306,7 @@ mod tests {
         );
         acc.finish_request(&addr, &[], vec![b1]);
         acc.requeue(vec![b2, b0]);
-        let again = acc.drain(now, route);
+        let again = acc.drain(now, now, route);
         assert_eq!(again.requests.len(), 3, "one request per retried batch");
         let resent: Vec<u64> = again.requests.iter().map(|(_, b)| b[0].id).collect();
         assert_eq!(resent, ids);
@@ -1232,7 +1321,11 @@ mod tests {
         for _ in 0..4 {
             append(&mut acc, &t, 0, &value(400), now);
         }
-        let mut drained = acc.drain(now + Duration::from_millis(5), route);
+        let mut drained = acc.drain(
+            now + Duration::from_millis(5),
+            now + Duration::from_millis(5),
+            route,
+        );
         let (addr, batches) = drained.requests.remove(0);
         let gap = ClientError::Broker {
             code: borges_protocol::ErrorCode::OutOfOrderSequenceNumber,
@@ -1247,7 +1340,7 @@ mod tests {
             retry.push(b);
         }
         acc.finish_request(&addr, &[], retry);
-        let mut again = acc.drain(now, route);
+        let mut again = acc.drain(now, now, route);
         let resent = &mut again.requests[0].1;
         assert_eq!(
             resent.len(),
@@ -1271,7 +1364,7 @@ mod tests {
         for i in 0..2 {
             append(&mut acc, &t, 0, &value(400), now);
             let at = now + Duration::from_millis(5 * (i + 1));
-            requests.push(acc.drain(at, route).requests.remove(0));
+            requests.push(acc.drain(at, at, route).requests.remove(0));
         }
         let (addr_b, mut b) = requests.pop().unwrap();
         let (addr_a, mut a) = requests.pop().unwrap();
@@ -1290,7 +1383,7 @@ mod tests {
         assert_eq!(acc.batch_refused(&mut a[0], &gap), Refusal::Renumber);
         acc.finish_request(&addr_a, &[], a);
         let later = now + Duration::from_millis(20);
-        let mut again = acc.drain(later, route);
+        let mut again = acc.drain(later, later, route);
         let mut resent: Vec<ProducerBatch> =
             again.requests.drain(..).flat_map(|(_, b)| b).collect();
         let h: Vec<_> = resent.iter_mut().map(header).collect();
@@ -1398,7 +1491,7 @@ mod proptests {
                 expected[*partition as usize].push((*ts, key.clone(), value.clone(), headers.len()));
             }
             acc.closing = true;
-            let drained = acc.drain(now, |_, p| Some(format!("core{p}")));
+            let drained = acc.drain(now, now, |_, p| Some(format!("core{p}")));
             let mut decoded: Seen = vec![Vec::new(); 3];
             let mut next_offset = [0i64; 3];
             for (_, mut batches) in drained.requests {

@@ -17,6 +17,7 @@ pub(crate) mod accumulator;
 pub(crate) mod partitioner;
 pub(crate) mod sequence;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,6 +40,7 @@ use crate::codec::obj;
 use crate::config::{Acks, ClientConfig, ProducerConfig};
 use crate::connection::{await_reply, Reply, Request};
 use crate::error::{ClientError, Result};
+use crate::metadata::ClusterMetadata;
 use crate::retry::{WarnLimiter, WARN_INTERVAL_MS};
 use crate::timer::PreciseTimer;
 use crate::types::{ProducerRecord, RecordMetadata};
@@ -508,6 +510,26 @@ fn seed() -> u64 {
 /// down to `retry_backoff_ms`).
 const LEADER_FAILED_REFRESHES_PER_BACKOFF: u64 = 5;
 
+/// Whether the broker of `addr` stopped answering (a request timed out, a connection failed)
+/// after `metadata` was fetched. Nothing is sent to it until newer metadata names it again:
+/// a leader cut off from its cluster is replaced within the session timeout, and a batch sent
+/// to it on the old metadata (a reconnect succeeds: clients still reach it) waits out a whole
+/// request timeout while the partition's later batches reach the new leader and are refused
+/// there as out of order.
+fn suspected_since_metadata(
+    metadata: &ClusterMetadata,
+    suspects: &HashMap<String, Instant>,
+    addr: &str,
+) -> bool {
+    if suspects.is_empty() {
+        return false;
+    }
+    let broker = metadata.broker_of(addr).unwrap_or(addr);
+    suspects
+        .get(broker)
+        .is_some_and(|since| *since >= metadata.fetched_at)
+}
+
 /// The sender task: drains, sends, sleeps until the next linger or backoff deadline or until
 /// woken (a batch filled, a request finished, a flush, metadata arrived).
 async fn run_sender(inner: Arc<Inner>) {
@@ -516,11 +538,16 @@ async fn run_sender(inner: Arc<Inner>) {
         let now = Instant::now();
         let metadata = inner.core.metadata();
         let shard_aware = inner.core.config.shard_aware;
-        let drained = inner.lock().drain(now, |topic, partition| {
-            metadata
-                .leader_addr(topic, partition, shard_aware)
-                .map(str::to_string)
-        });
+        let suspects = inner.core.suspects_snapshot();
+        let drained = inner
+            .lock()
+            .drain(now, metadata.fetched_at, |topic, partition| {
+                let addr = metadata.leader_addr(topic, partition, shard_aware)?;
+                if suspected_since_metadata(&metadata, &suspects, addr) {
+                    return None;
+                }
+                Some(addr.to_string())
+            });
         if drained.leader_missing
             || drained.leader_failed
             || now.duration_since(metadata.fetched_at).as_millis() as u64
@@ -714,7 +741,7 @@ fn finish_request(
             Err(e) => e,
         };
         refresh |= e.needs_metadata_refresh();
-        batch.failed(addr, e.needs_metadata_refresh());
+        batch.failed(addr, e.needs_metadata_refresh(), now);
         let refusal = acc.batch_refused(&mut batch, &e);
         let at = match refusal {
             Refusal::Fail => None,
@@ -860,4 +887,43 @@ fn batch_outcomes(
         });
     }
     Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::{Duration, Instant};
+
+    use super::suspected_since_metadata;
+    use crate::metadata::{BrokerInfo, ClusterMetadata};
+
+    #[test]
+    fn a_broker_that_stopped_answering_gets_nothing_until_newer_metadata_names_it() {
+        let fetched = Instant::now();
+        let metadata = ClusterMetadata {
+            brokers: HashMap::from([(
+                1,
+                BrokerInfo {
+                    id: 1,
+                    addr: "b1:9292".into(),
+                    cores: HashMap::from([(0, "b1:9293".into())]),
+                },
+            )]),
+            fetched_at: fetched,
+            ..ClusterMetadata::default()
+        };
+        let none = HashMap::new();
+        assert!(!suspected_since_metadata(&metadata, &none, "b1:9293"));
+        // Its core's request timed out after the metadata was fetched: held back.
+        let later = HashMap::from([("b1:9292".to_string(), fetched + Duration::from_millis(5))]);
+        assert!(suspected_since_metadata(&metadata, &later, "b1:9293"));
+        assert!(suspected_since_metadata(&metadata, &later, "b1:9292"));
+        assert!(!suspected_since_metadata(&metadata, &later, "b2:9293"));
+        // Metadata fetched after the failure still names it: it is the leader, send.
+        let refreshed = ClusterMetadata {
+            fetched_at: fetched + Duration::from_millis(10),
+            ..metadata.clone()
+        };
+        assert!(!suspected_since_metadata(&refreshed, &later, "b1:9293"));
+    }
 }
