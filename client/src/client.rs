@@ -146,9 +146,16 @@ impl ClientCore {
         self.suspect(broker.as_deref().unwrap_or(addr));
     }
 
-    /// The brokers (main addresses) whose last request failed or timed out, and when.
-    pub fn suspects_snapshot(&self) -> HashMap<String, Instant> {
-        self.suspects().clone()
+    /// The brokers (main addresses) whose last request failed or timed out at or after
+    /// `since`, and when. Suspicions stay until the broker answers a cluster-wide request, so
+    /// the producer's sender asks only for those newer than its metadata: usually none, and
+    /// then nothing is copied.
+    pub fn suspects_since(&self, since: Instant) -> HashMap<String, Instant> {
+        self.suspects()
+            .iter()
+            .filter(|(_, at)| **at >= since)
+            .map(|(addr, at)| (addr.clone(), *at))
+            .collect()
     }
 
     fn clear_suspect(&self, addr: &str) {
@@ -333,4 +340,22 @@ fn leaders_of(metadata: &ClusterMetadata) -> String {
         .collect();
     leaders.sort();
     leaders.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::ClientCore;
+    use crate::config::ClientConfig;
+
+    #[test]
+    fn suspects_since_keeps_only_the_suspicions_at_or_after_the_instant() {
+        let core = ClientCore::new(ClientConfig::new("127.0.0.1:9292"), 1).unwrap();
+        let before = Instant::now();
+        core.suspect("b1:9292");
+        assert_eq!(core.suspects_since(before).len(), 1);
+        let later = Instant::now() + Duration::from_millis(1);
+        assert!(core.suspects_since(later).is_empty());
+    }
 }

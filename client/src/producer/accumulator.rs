@@ -914,6 +914,11 @@ mod tests {
         Some(format!("core{}", p % 2))
     }
 
+    /// `acc.drain` by `route` on metadata as fresh as the drain (fetched after every failure).
+    fn drain_fresh(acc: &mut Accumulator, now: Instant) -> Drained {
+        acc.drain(now, now, route)
+    }
+
     #[test]
     fn the_sender_is_woken_only_when_a_batch_is_due_before_its_plan_or_ready() {
         let mut acc = Accumulator::new(config(), 1);
@@ -922,7 +927,7 @@ mod tests {
         // Nothing planned yet: the first batch wakes the sender.
         assert!(append(&mut acc, &t, 0, &value(10), t0).wake_sender);
         // The sender drains and plans to wake when partition 0's batch is due (t0 + 5 ms).
-        let drained = acc.drain(t0, t0, route);
+        let drained = drain_fresh(&mut acc, t0);
         assert!(drained.requests.is_empty());
         assert_eq!(drained.next_wakeup, Some(t0 + Duration::from_millis(5)));
         // A batch opened later is due later: no need to wake the sender.
@@ -933,11 +938,7 @@ mod tests {
         assert!(append(&mut acc, &t, 1, &value(990), t0 + Duration::from_millis(2)).wake_sender);
         // At t0 + 5 ms the sender sends partition 0's batch and the full one, then drains
         // again at once: new batches need no wake-up.
-        let drained = acc.drain(
-            t0 + Duration::from_millis(5),
-            t0 + Duration::from_millis(5),
-            route,
-        );
+        let drained = drain_fresh(&mut acc, t0 + Duration::from_millis(5));
         assert!(!drained.requests.is_empty());
         assert!(!append(&mut acc, &t, 2, &value(10), t0 + Duration::from_millis(5)).wake_sender);
         // A sender that planned to sleep until woken is woken by a new batch.
@@ -946,13 +947,13 @@ mod tests {
             acc.finish_request(&addr, &ids, Vec::new());
         }
         let now = t0 + Duration::from_millis(20);
-        let drained = acc.drain(now, now, route);
+        let drained = drain_fresh(&mut acc, now);
         assert!(!drained.requests.is_empty(), "partitions 1 and 2 are due");
         for (addr, batches) in drained.requests {
             let ids: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
             acc.finish_request(&addr, &ids, Vec::new());
         }
-        let idle = acc.drain(now, now, route);
+        let idle = drain_fresh(&mut acc, now);
         assert!(idle.requests.is_empty() && idle.next_wakeup.is_none());
         assert!(append(&mut acc, &t, 3, &value(10), now).wake_sender);
     }
@@ -972,17 +973,13 @@ mod tests {
         assert!(a4.batch_ready && a4.batch_created);
         assert_eq!(a4.index, 0);
         // Before linger only the full batch is sendable.
-        let drained = acc.drain(now, now, route);
+        let drained = drain_fresh(&mut acc, now);
         assert_eq!(drained.requests.len(), 1);
         assert_eq!(drained.requests[0].1.len(), 1);
         assert_eq!(drained.requests[0].1[0].records_count, 3);
         assert_eq!(drained.next_wakeup, Some(now + Duration::from_millis(5)));
         // After linger the open batch goes too.
-        let later = acc.drain(
-            now + Duration::from_millis(5),
-            now + Duration::from_millis(5),
-            route,
-        );
+        let later = drain_fresh(&mut acc, now + Duration::from_millis(5));
         assert_eq!(later.requests[0].1[0].records_count, 1);
         assert!(later.next_wakeup.is_none());
     }
@@ -999,11 +996,7 @@ mod tests {
         }
         // Each partition: three full batches (2 records each) and one open (1 record): more
         // than two requests of 2500 bytes per address.
-        let drained = acc.drain(
-            now + Duration::from_millis(5),
-            now + Duration::from_millis(5),
-            route,
-        );
+        let drained = drain_fresh(&mut acc, now + Duration::from_millis(5));
         // Requests per address are limited to 2500 bytes: 2 batches of ~900 + more in a second
         // request; two requests per address at most (in flight).
         let mut per_addr: HashMap<String, usize> = HashMap::new();
@@ -1019,23 +1012,13 @@ mod tests {
         }
         assert!(per_addr.values().all(|n| *n == 2));
         // Nothing more goes out until a request finishes.
-        assert!(acc
-            .drain(
-                now + Duration::from_millis(6),
-                now + Duration::from_millis(6),
-                route
-            )
+        assert!(drain_fresh(&mut acc, now + Duration::from_millis(6))
             .requests
             .is_empty());
         let (addr, batches) = drained.requests.into_iter().next().unwrap();
         let done: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
         assert!(acc.finish_request(&addr, &done, Vec::new()) > 0);
-        assert!(!acc
-            .drain(
-                now + Duration::from_millis(6),
-                now + Duration::from_millis(6),
-                route
-            )
+        assert!(!drain_fresh(&mut acc, now + Duration::from_millis(6))
             .requests
             .is_empty());
     }
@@ -1051,7 +1034,7 @@ mod tests {
             append(&mut acc, &t, 0, &value(400), now);
         }
         let mark = acc.begin_flush();
-        let drained = acc.drain(now, now, route);
+        let drained = drain_fresh(&mut acc, now);
         let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
         assert_eq!(batches.len(), 3);
         let ids: Vec<u64> = batches.iter().map(|b| b.id).collect();
@@ -1062,14 +1045,10 @@ mod tests {
         }
         acc.finish_request(&addr, &[], batches);
         assert!(!acc.flushed(mark));
-        let early = acc.drain(
-            now + Duration::from_millis(50),
-            now + Duration::from_millis(50),
-            route,
-        );
+        let early = drain_fresh(&mut acc, now + Duration::from_millis(50));
         assert!(early.requests.is_empty());
         assert_eq!(early.next_wakeup, Some(retry_at));
-        let again = acc.drain(retry_at, retry_at, route);
+        let again = drain_fresh(&mut acc, retry_at);
         let (addr, batches) = again.requests.into_iter().next().unwrap();
         assert_eq!(batches.iter().map(|b| b.id).collect::<Vec<_>>(), ids);
         let done: Vec<_> = batches.iter().map(|b| (b.id, b.reserved_bytes)).collect();
@@ -1084,11 +1063,7 @@ mod tests {
         let t: Arc<str> = "t".into();
         let now = Instant::now();
         append(&mut acc, &t, 0, &value(10), now);
-        let drained = acc.drain(
-            now + Duration::from_millis(5),
-            now + Duration::from_millis(5),
-            route,
-        );
+        let drained = drain_fresh(&mut acc, now + Duration::from_millis(5));
         let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
         let retry_at = now + Duration::from_millis(1000);
         for b in &mut batches {
@@ -1100,7 +1075,7 @@ mod tests {
         assert_eq!(batches[0].backoff_attempts, 2, "grows at one address");
         acc.finish_request(&addr, &[], batches);
         let later = now + Duration::from_millis(10);
-        let same = acc.drain(later, later, route);
+        let same = drain_fresh(&mut acc, later);
         assert!(
             same.requests.is_empty(),
             "the backoff runs at the same leader"
@@ -1131,7 +1106,7 @@ mod tests {
         let now = Instant::now();
         append(&mut acc, &t, 0, &value(10), now);
         let sent_at = now + Duration::from_millis(5);
-        let drained = acc.drain(sent_at, sent_at, route);
+        let drained = drain_fresh(&mut acc, sent_at);
         let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
         // The request timed out: the batch backs off 50 ms and the refresh is asked for.
         let failed = now + Duration::from_millis(3_005);
@@ -1180,7 +1155,7 @@ mod tests {
         append(&mut acc, &t, 0, &value(10), now);
         let big = append(&mut acc, &t, 0, &value(1500), now);
         assert!(big.batch_ready && big.batch_created && big.index == 0);
-        let drained = acc.drain(now, now, route);
+        let drained = drain_fresh(&mut acc, now);
         let batches = &drained.requests[0].1;
         assert_eq!(batches.len(), 2);
         assert_eq!(batches[1].records_count, 1);
@@ -1214,7 +1189,7 @@ mod tests {
             || now,
         );
         acc.closing = true;
-        let mut drained = acc.drain(now, now, route);
+        let mut drained = drain_fresh(&mut acc, now);
         let batch = &mut drained.requests[0].1[0];
         batch.build().unwrap();
         let Payload::Built(bytes) = &batch.payload else {
@@ -1258,7 +1233,7 @@ mod tests {
         for _ in 0..14 {
             append(&mut acc, &t, 0, &value(400), now);
         }
-        let mut drained = acc.drain(now, now, route);
+        let mut drained = drain_fresh(&mut acc, now);
         let (addr, batches) = &mut drained.requests[0];
         assert_eq!(batches.len(), 5, "five unresolved batches per partition");
         for (i, b) in batches.iter_mut().enumerate() {
@@ -1266,12 +1241,12 @@ mod tests {
             assert_eq!((h.producer_id, h.producer_epoch), (7, 0));
             assert_eq!(h.base_sequence, 2 * i as i32);
         }
-        assert!(acc.drain(now, now, route).requests.is_empty());
+        assert!(drain_fresh(&mut acc, now).requests.is_empty());
         // The first is acknowledged: one more may go, numbered after the fifth.
         let first = batches.remove(0);
         acc.batch_acked(&first);
         acc.finish_request(addr, &[(first.id, first.reserved_bytes)], Vec::new());
-        let mut next = acc.drain(now, now, route);
+        let mut next = drain_fresh(&mut acc, now);
         assert_eq!(next.requests[0].1.len(), 1);
         assert_eq!(header(&mut next.requests[0].1[0]).base_sequence, 10);
     }
@@ -1284,11 +1259,7 @@ mod tests {
         for _ in 0..6 {
             append(&mut acc, &t, 0, &value(400), now);
         }
-        let drained = acc.drain(
-            now + Duration::from_millis(5),
-            now + Duration::from_millis(5),
-            route,
-        );
+        let drained = drain_fresh(&mut acc, now + Duration::from_millis(5));
         let (addr, mut batches) = drained.requests.into_iter().next().unwrap();
         assert_eq!(batches.len(), 3, "fresh batches share a request");
         for b in &mut batches {
@@ -1306,7 +1277,7 @@ mod tests {
         );
         acc.finish_request(&addr, &[], vec![b1]);
         acc.requeue(vec![b2, b0]);
-        let again = acc.drain(now, now, route);
+        let again = drain_fresh(&mut acc, now);
         assert_eq!(again.requests.len(), 3, "one request per retried batch");
         let resent: Vec<u64> = again.requests.iter().map(|(_, b)| b[0].id).collect();
         assert_eq!(resent, ids);
@@ -1321,11 +1292,7 @@ mod tests {
         for _ in 0..4 {
             append(&mut acc, &t, 0, &value(400), now);
         }
-        let mut drained = acc.drain(
-            now + Duration::from_millis(5),
-            now + Duration::from_millis(5),
-            route,
-        );
+        let mut drained = drain_fresh(&mut acc, now + Duration::from_millis(5));
         let (addr, batches) = drained.requests.remove(0);
         let gap = ClientError::Broker {
             code: borges_protocol::ErrorCode::OutOfOrderSequenceNumber,
@@ -1340,7 +1307,7 @@ mod tests {
             retry.push(b);
         }
         acc.finish_request(&addr, &[], retry);
-        let mut again = acc.drain(now, now, route);
+        let mut again = drain_fresh(&mut acc, now);
         let resent = &mut again.requests[0].1;
         assert_eq!(
             resent.len(),
@@ -1364,7 +1331,7 @@ mod tests {
         for i in 0..2 {
             append(&mut acc, &t, 0, &value(400), now);
             let at = now + Duration::from_millis(5 * (i + 1));
-            requests.push(acc.drain(at, at, route).requests.remove(0));
+            requests.push(drain_fresh(&mut acc, at).requests.remove(0));
         }
         let (addr_b, mut b) = requests.pop().unwrap();
         let (addr_a, mut a) = requests.pop().unwrap();
@@ -1383,7 +1350,7 @@ mod tests {
         assert_eq!(acc.batch_refused(&mut a[0], &gap), Refusal::Renumber);
         acc.finish_request(&addr_a, &[], a);
         let later = now + Duration::from_millis(20);
-        let mut again = acc.drain(later, later, route);
+        let mut again = drain_fresh(&mut acc, later);
         let mut resent: Vec<ProducerBatch> =
             again.requests.drain(..).flat_map(|(_, b)| b).collect();
         let h: Vec<_> = resent.iter_mut().map(header).collect();

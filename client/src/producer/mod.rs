@@ -538,7 +538,7 @@ async fn run_sender(inner: Arc<Inner>) {
         let now = Instant::now();
         let metadata = inner.core.metadata();
         let shard_aware = inner.core.config.shard_aware;
-        let suspects = inner.core.suspects_snapshot();
+        let suspects = inner.core.suspects_since(metadata.fetched_at);
         let drained = inner
             .lock()
             .drain(now, metadata.fetched_at, |topic, partition| {
